@@ -1,0 +1,257 @@
+"""EAM benchmark: adgrad kernels against hand-written numba kernels of the same math.
+
+Model (seed 000): x in R^N,
+    rho = sum_j exp(-3 (x_j + 1)),   E = rho^2 + rho^3 + rho^4 / 4,
+    dE/dx_j = (2 rho + 3 rho^2 + rho^3) * (-3) * exp(-3 (x_j + 1)).
+
+For each size (N=100, M=1,000,000 points and N=1000, M=100,000 by default) it times, in one
+process and with the same numba thread count:
+  hand value        hand-written value-only kernel
+  hand value+grad   hand-written value + gradient, one exp per element (the reference)
+  hand floor        reads x, writes an (M, N) gradient-shaped array and an (M,) value: the
+                    memory-traffic floor of any value+gradient kernel
+  adgrad value      compile_model(model, derivatives=[], mode="auto")
+  adgrad value+grad compile_model(model, derivatives=[("E", "x")], mode="reverse")
+Each is the median of --repeats calls (default 5) after one warm-up call, into preallocated
+outputs, on X = default_rng(0).random((M, N)); timed calls are interleaved round-robin across
+kernels so that drifts of a shared machine hit all of them alike. adgrad's E and dE/dx are
+checked against the hand-written kernel; the hand-written kernels against numpy (1e-12 relative).
+Compile times (adgrad's compile_model plus first call) are printed separately.
+
+Run from anywhere:
+    python benchmarks/eam.py                     # full sizes, all cores
+    python benchmarks/eam.py --quick             # smoke run: M = 20,000 and 2,000
+    python benchmarks/eam.py --threads 4 --sizes 100 1000x50000
+If adgrad cannot be imported, the hand-written rows are still printed.
+"""
+import argparse
+import platform
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+MODEL_PATH = Path(__file__).resolve().parent.parent / "configs" / "eam.yaml"
+DEFAULT_N = (100, 1000)
+ELEMENTS = {False: 100_000_000, True: 2_000_000}   # default M * N, full and --quick
+FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
+KERNEL_OPTS = dict(parallel=True, nogil=True, fastmath=FASTMATH, cache=False)
+
+REF_VALUE = "hand value"
+REF_GRAD = "hand value+grad"
+
+
+# ---------------------------------------------------------------- hand-written kernels
+
+@njit(**KERNEL_OPTS)
+def hand_value(X, E):
+    """E[i] for every point; one exp per element, nothing stored."""
+    M, N = X.shape
+    for i in prange(M):
+        rho = 0.0
+        for j in range(N):
+            rho += np.exp(-3.0 * X[i, j] - 3.0)
+        E[i] = rho * rho * (1.0 + rho * (1.0 + 0.25 * rho))
+
+
+@njit(**KERNEL_OPTS)
+def hand_value_grad(X, E, G):
+    """E[i] and G[i, :] = dE/dx: store exp into G while summing, then scale G in a second pass."""
+    M, N = X.shape
+    for i in prange(M):
+        rho = 0.0
+        for j in range(N):
+            e = np.exp(-3.0 * X[i, j] - 3.0)
+            G[i, j] = e
+            rho += e
+        E[i] = rho * rho * (1.0 + rho * (1.0 + 0.25 * rho))
+        dF = -3.0 * rho * (2.0 + rho * (3.0 + rho))
+        for j in range(N):
+            G[i, j] *= dF
+
+
+@njit(**KERNEL_OPTS)
+def hand_floor(X, E, G):
+    """Memory floor: read X, write G = 3 X and E = row sum of X (no transcendental work)."""
+    M, N = X.shape
+    for i in prange(M):
+        s = 0.0
+        for j in range(N):
+            x = X[i, j]
+            G[i, j] = 3.0 * x
+            s += x
+        E[i] = s
+
+
+def numpy_value_grad(X):
+    """Plain numpy reference for the hand-written kernels."""
+    e = np.exp(-3.0 * (X + 1.0))
+    rho = e.sum(axis=1)
+    E = rho**2 + rho**3 + 0.25 * rho**4
+    G = (2 * rho + 3 * rho**2 + rho**3)[:, None] * (-3.0) * e
+    return E, G
+
+
+def hand_runners(M, N):
+    """name -> (zero-argument callable, outputs dict) for the hand-written kernels."""
+    E1, E2, E3 = np.empty(M), np.empty(M), np.empty(M)
+    G2, G3 = np.empty((M, N)), np.empty((M, N))
+    return {
+        REF_VALUE: (lambda X: hand_value(X, E1), {"E": E1}),
+        REF_GRAD: (lambda X: hand_value_grad(X, E2, G2), {"E": E2, "dE_dx": G2}),
+        "hand floor": (lambda X: hand_floor(X, E3, G3), {"E": E3, "dE_dx": G3}),
+    }
+
+
+# ---------------------------------------------------------------- adgrad kernels
+
+def adgrad_runners(M, N):
+    """name -> (callable, outputs) for adgrad, plus compile seconds; None if adgrad is missing."""
+    try:
+        from adgrad.engine import compile_model, load_model
+    except ImportError as exc:
+        return None, f"adgrad unavailable ({exc})"
+    overrides = {} if N == 100 else {"input_shapes": {"x": [N]}}
+    model = load_model(str(MODEL_PATH), **overrides)
+    runners, compile_s = {}, {}
+    for name, derivs, mode, out in [
+        ("adgrad value", [], "auto", {"E": np.empty(M)}),
+        ("adgrad value+grad", [("E", "x")], "reverse", {"E": np.empty(M), "dE_dx": np.empty((M, N))}),
+    ]:
+        t0 = time.perf_counter()
+        kernel = compile_model(model, derivatives=derivs, mode=mode)
+        compile_s[name] = time.perf_counter() - t0
+        runners[name] = (lambda X, k=kernel, o=out: k.evaluate({"x": X}, out=o), out)
+    return runners, compile_s
+
+
+# ---------------------------------------------------------------- timing and checks
+
+def time_calls(runners, X, repeats):
+    """Warm up every kernel once, then time `repeats` rounds that call each kernel once in turn
+    (interleaved, so slow drifts of a shared machine hit all kernels alike).
+    Returns name -> (warm-up seconds, median seconds, (max - min) / median)."""
+    warm, times = {}, {name: [] for name in runners}
+    for name, (fn, _) in runners.items():
+        t0 = time.perf_counter()
+        fn(X)
+        warm[name] = time.perf_counter() - t0
+    for _ in range(repeats):
+        for name, (fn, _) in runners.items():
+            t0 = time.perf_counter()
+            fn(X)
+            times[name].append(time.perf_counter() - t0)
+    result = {}
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        result[name] = (warm[name], med, (max(ts) - min(ts)) / med)
+    return result
+
+
+def max_rel_err(a, b, rows=20_000):
+    """max |a - b| / |b| elementwise, computed in row blocks to bound memory."""
+    worst = 0.0
+    for s in range(0, len(b), rows):
+        bb = b[s:s + rows]
+        err = np.abs(a[s:s + rows] - bb) / np.maximum(np.abs(bb), np.finfo(float).tiny)
+        worst = max(worst, float(err.max()))
+    return worst
+
+
+def check_hand(X, outs, rows=2000, tol=1e-12):
+    """The hand-written value and gradient agree with numpy to `tol` relative (first `rows` points)."""
+    E_np, G_np = numpy_value_grad(X[:rows])
+    errs = {
+        "value E": max_rel_err(outs[REF_VALUE]["E"][:rows], E_np),
+        "value+grad E": max_rel_err(outs[REF_GRAD]["E"][:rows], E_np),
+        "value+grad dE_dx": max_rel_err(outs[REF_GRAD]["dE_dx"][:rows], G_np),
+    }
+    for what, err in errs.items():
+        print(f"  check hand {what} vs numpy: max rel err {err:.2e}")
+        if not err <= tol:
+            sys.exit(f"hand-written {what} disagrees with numpy: {err:.2e} > {tol:.0e}")
+
+
+def check_adgrad(outs):
+    """Print adgrad's max relative error against the hand-written kernels."""
+    pairs = [("adgrad value", "E", REF_VALUE), ("adgrad value+grad", "E", REF_GRAD),
+             ("adgrad value+grad", "dE_dx", REF_GRAD)]
+    for name, key, ref in pairs:
+        if name in outs:
+            err = max_rel_err(outs[name][key], outs[ref][key])
+            print(f"  check {name} {key} vs {ref}: max rel err {err:.2e}")
+
+
+# ---------------------------------------------------------------- driver
+
+def bench_size(N, M, repeats):
+    """Time every kernel at one size; return table rows (N, M, kernel, ns/point, spread)."""
+    print(f"\nN={N}, M={M:,}")
+    X = np.random.default_rng(0).random((M, N))
+    runners = hand_runners(M, N)
+    ad, info = adgrad_runners(M, N)
+    if ad is None:
+        print(f"  {info}")
+    else:
+        runners.update(ad)
+    rows, outs = [], {}
+    for name, (warm, med, spread) in time_calls(runners, X, repeats).items():
+        extra = f", compile_model {info[name]:.2f} s" if ad is not None and name in info else ""
+        print(f"  {name}: first call (incl. numba compile) {warm:.3f} s{extra}")
+        rows.append((N, M, name, med / M * 1e9, spread))
+        outs[name] = runners[name][1]
+    check_hand(X, outs)
+    check_adgrad(outs)
+    return rows
+
+
+def print_table(rows):
+    """Markdown table of ns/point with ratios to the hand-written references of the same size."""
+    ref = {(n, k): t for n, _, k, t, _ in rows}
+    print("\n| N | M | kernel | ns/point (median) | spread | / hand value+grad | / hand value |")
+    print("|---:|---:|---|---:|---:|---:|---:|")
+    for n, m, kernel, t, spread in rows:
+        vs_grad = t / ref[(n, REF_GRAD)]
+        vs_value = f"{t / ref[(n, REF_VALUE)]:.2f}" if kernel.endswith("value") else ""
+        print(f"| {n} | {m:,} | {kernel} | {t:.1f} | {spread:.0%} | {vs_grad:.2f} | {vs_value} |")
+
+
+def parse_sizes(items, quick):
+    """'N' (M = 1e8 / N, or 2e6 / N with --quick) or 'NxM' -> list of (N, M)."""
+    sizes = []
+    for item in items or DEFAULT_N:
+        n, _, m = str(item).partition("x")
+        sizes.append((int(n), int(m) if m else ELEMENTS[quick] // int(n)))
+    return sizes
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--threads", type=int, default=numba.config.NUMBA_NUM_THREADS,
+                   help="numba threads for every kernel (default: all cores)")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per kernel (median)")
+    p.add_argument("--quick", action="store_true", help="small M for a smoke run")
+    p.add_argument("--sizes", nargs="+", metavar="N[xM]",
+                   help="sizes to run, e.g. 100 1000x50000 (default: 100 and 1000)")
+    args = p.parse_args(argv)
+
+    numba.set_num_threads(args.threads)
+    sizes = parse_sizes(args.sizes, args.quick)
+    print("command: " + shlex.join([sys.executable] + sys.argv))
+    rows = []
+    for n, m in sizes:
+        rows += bench_size(n, m, args.repeats)
+    print(f"\nnumba {numba.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
+          f"threading layer {numba.threading_layer()}, threads {numba.get_num_threads()}, "
+          f"SVML {numba.config.USING_SVML}, {platform.processor() or platform.machine()}")
+    print_table(rows)
+    print("spread = (max - min) / median of the timed calls")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Derivatives as IR -> IR transforms: forward (vector) mode and reverse mode, both driven by the one
+rule table in rules.py. Each appends equations to the same Builder as the values, so hash-consing
+shares work between a value and its derivatives (EAM's exp is computed once)."""
+from __future__ import annotations
+
+from ..ir.core import Builder, Var
+from .rules import RULES, IndexContribution, batched_index, from_partials
+
+
+def _custom_rule_as_eqn_rule(rule, b):
+    """A user function's hand-written partials as an elementwise rule over its arguments."""
+    partials = tuple(rule.partial(b, k) for k in range(len(rule.args)))
+    return from_partials(lambda out, *args: partials)
+
+
+class _Call:
+    """An equation-like view of a custom rule application: out = fn(*args)."""
+
+    def __init__(self, out, args):
+        self.out, self.args = out, args
+
+
+def _depends(graph, custom, seeds):
+    """Vars whose value depends on any of `seeds` (following custom rules' arguments too)."""
+    live = set(seeds)
+    for e in graph.eqns:
+        args = custom[e.out].args if e.out in custom else e.args
+        if any(a in live for a in args):
+            live.add(e.out)
+    return live
+
+
+def _seed(b, v):
+    """The identity tangent/cotangent of v, with v's own shape as batch axes."""
+    if not v.shape:
+        return b.const(1.0)
+    return b.emit("eye", shape=v.shape)
+
+
+def jacobian_forward(b: Builder, custom: dict, wrt: Var, of: Var) -> Var | None:
+    """d of / d wrt by forward vector mode, shape of.shape + wrt.shape (None if identically zero)."""
+    g = b.graph
+    bs = wrt.shape
+    if of is wrt:
+        return _seed(b, of)
+    tangents = {wrt: _seed(b, wrt)}
+    live = _depends(g, custom, [wrt])
+    with b.active():
+        for e in list(g.eqns):
+            if e.out not in live or e.out is wrt:
+                continue
+            if e.out in custom:
+                rule = custom[e.out]
+                eq = _Call(e.out, rule.args)
+                t = _custom_rule_as_eqn_rule(rule, b).jvp(eq, [tangents.get(a) for a in rule.args], bs)
+            else:
+                t = RULES[e.op].jvp(e, [tangents.get(a) for a in e.args], bs)
+            if t is not None:
+                tangents[e.out] = t
+            if e.out is of:
+                break
+        t = tangents.get(of)
+        if t is None:
+            return None
+        # tangents carry the directions first: (*wrt, *of) -> (*of, *wrt)
+        nw, no = len(bs), of.rank
+        return b.emit("transpose", t, perm=tuple(range(nw, nw + no)) + tuple(range(nw)))
+
+
+def jacobian_reverse(b: Builder, custom: dict, wrt: Var, of: Var) -> Var | None:
+    """d of / d wrt by reverse mode (cotangents for every output element at once), shape
+    of.shape + wrt.shape (None if identically zero)."""
+    g = b.graph
+    bs = of.shape
+    if of is wrt:
+        return _seed(b, of)
+    live = _depends(g, custom, [wrt])
+    if of not in live:
+        return None
+    pending = {of: [_seed(b, of)]}     # var -> list of Var / IndexContribution
+    with b.active():
+        eqns = list(g.eqns)
+        stop = next(i for i, e in enumerate(eqns) if e.out is of)
+        for e in reversed(eqns[: stop + 1]):
+            if e.out not in pending or e.out not in live:
+                continue
+            ct = _accumulate(b, pending.pop(e.out), bs + e.out.shape)
+            if e.out in custom:
+                rule = custom[e.out]
+                args = rule.args
+                cts = _custom_rule_as_eqn_rule(rule, b).vjp(_Call(e.out, args), ct, bs)
+            else:
+                args = e.args
+                cts = RULES[e.op].vjp(e, ct, bs)
+            for a, c in zip(args, cts):
+                if c is not None and a in live:
+                    pending.setdefault(a, []).append(c)
+        contribs = pending.get(wrt)
+        return None if not contribs else _accumulate(b, contribs, bs + wrt.shape)
+
+
+def _accumulate(b, contribs, shape):
+    """Sum cotangent contributions; partial ones (slices, indices) update the sum in place."""
+    full = [c for c in contribs if isinstance(c, Var)]
+    parts = [c for c in contribs if isinstance(c, IndexContribution)]
+    total = None
+    for c in full:
+        total = c if total is None else total + c
+    if total is None and len(parts) == 1 and _covers(parts[0].index, shape[len(shape) - len(parts[0].index):]):
+        return parts[0].ct
+    nb = len(shape) - (len(parts[0].index) if parts else 0)
+    for p in parts:
+        if total is None:
+            total = b.const(0.0, shape)
+        total = b.emit("index_add", total, p.ct, index=batched_index(p.index, shape[:nb]))
+    return total
+
+
+def _covers(index, shape):
+    return all(isinstance(i, tuple) and i == (0, n, 1) for i, n in zip(index, shape))

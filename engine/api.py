@@ -1,0 +1,190 @@
+"""The public surface: load_model, compile_model and the compiled kernel's evaluate."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+
+from .ad import select
+from .ad.transform import jacobian_forward, jacobian_reverse
+from .codegen.emit import Emitter
+from .codegen.load import load, module_source
+from .errors import SpecError
+from .ir.core import Builder, Graph
+from .ir.printer import format_graph
+from .model import LoadedModel, build
+from .opt.dce import dce
+from .spec import load_model_file
+
+
+def load_model(path, input_shapes=None) -> LoadedModel:
+    """Parse and check a model file; `input_shapes` overrides declared input shapes (name -> shape)."""
+    return build(load_model_file(os.fspath(path), input_shapes))
+
+
+@dataclass(frozen=True)
+class Derivative:
+    """One requested derivative, its output name and how it is computed."""
+    of: str
+    wrt: tuple
+    mode: str                   # forward | reverse | manual (second order: the inner mode, then forward)
+    choice: select.Choice | None
+
+    @property
+    def name(self):
+        if len(self.wrt) == 1:
+            return f"d{self.of}_d{self.wrt[0]}"
+        return f"d2{self.of}_d{self.wrt[0]}_d{self.wrt[1]}"
+
+
+@dataclass
+class CompiledKernel:
+    model: LoadedModel
+    graph: Graph                # the optimized graph: values and derivatives as outputs
+    derivatives: list
+    source: str
+    module: object
+    workspace_size: int
+    output_shapes: dict = field(default_factory=dict)
+
+    @property
+    def point_kernel(self):
+        return self.module.point
+
+    @property
+    def modes(self):
+        return {d.name: d.mode for d in self.derivatives}
+
+    def evaluate(self, inputs: dict, out: dict | None = None, params: dict | None = None, threads=None):
+        """Evaluate at every point. `inputs`: name -> array (M, *shape). `out`: optional preallocated
+        arrays (M, *shape), float64 C-contiguous ones are filled in place. Returns {name: array}."""
+        g = self.graph
+        m = None
+        rows = []
+        for name, v in g.inputs.items():
+            if name not in inputs:
+                raise KeyError(f"missing input '{name}'")
+            x = np.asarray(inputs[name], dtype=np.float64)
+            if x.shape[1:] != v.shape:
+                raise ValueError(f"input '{name}' must have shape (M, *{v.shape}), got {x.shape}")
+            if m is None:
+                m = x.shape[0]
+            elif x.shape[0] != m:
+                raise ValueError(f"input '{name}' has {x.shape[0]} points, others have {m}")
+            rows.append(np.ascontiguousarray(x.reshape(m, v.size)))
+        pvals = {**self.model.param_values, **(params or {})}
+        prms = [np.ascontiguousarray(np.asarray(pvals[n], dtype=np.float64).reshape(v.size))
+                for n, v in g.params.items()]
+        out = {} if out is None else out
+        results, targets = {}, []
+        for name, shape in self.output_shapes.items():
+            full = (m,) + shape
+            dst = out.get(name)
+            if dst is None:
+                dst = np.empty(full)
+            elif dst.shape != full:
+                raise ValueError(f"out['{name}'] must have shape {full}, got {dst.shape}")
+            results[name] = dst
+            direct = dst.dtype == np.float64 and dst.flags.c_contiguous
+            targets.append(dst.reshape(m, -1) if direct else np.empty((m, max(1, int(np.prod(shape))))))
+        if threads:
+            numba.set_num_threads(threads)
+        n_workers = max(1, min(numba.get_num_threads(), m or 1))
+        ws = np.zeros((n_workers, max(1, self.workspace_size)))
+        if m:
+            self.module.batch(*rows, *prms, *targets, ws)
+        for (name, shape), t in zip(self.output_shapes.items(), targets):
+            if t.base is not results[name] and t is not results[name] and not np.shares_memory(t, results[name]):
+                results[name][...] = t.reshape(results[name].shape)
+        return results
+
+
+def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None) -> CompiledKernel:
+    """Compile values and derivatives into one point kernel and a parallel batch driver.
+
+    derivatives: (of, wrt) pairs; wrt is a name or a list of two names (second derivative), or
+    DerivativeRequest objects (which may carry their own mode). values: output names (default all).
+    """
+    base = model.graph
+    b = Builder(Graph(dict(base.inputs), dict(base.params), list(base.eqns), {}))
+    names = {**base.inputs, **base.params}
+    outs = {}
+    for v in (list(base.outputs) if values is None else values):
+        if v not in base.outputs:
+            raise SpecError(f"'{v}' is not an output of model '{model.name}'")
+        outs[v] = base.outputs[v]
+    derivs = []
+    for req in derivatives:
+        of, wrt, item_mode = _unpack(req, mode)
+        if of not in base.outputs:
+            raise SpecError(f"'{of}' is not an output of model '{model.name}'")
+        for w in wrt:
+            if w not in names:
+                raise SpecError(f"'{w}' is not an input or param of model '{model.name}'")
+        d, var = _derive(b, model, of, wrt, item_mode)
+        derivs.append(d)
+        outs[d.name] = var
+    b.graph.outputs = outs
+    graph = dce(b.graph)
+    em = Emitter(graph, list(graph.inputs), list(graph.params), list(outs))
+    body = em.emit()
+    point_args = em.args
+    per_point = [True] * len(graph.inputs) + [False] * len(graph.params) + [True] * len(outs)
+    source = module_source(model.name, em.globals, point_args, body, per_point)
+    module = load(source)
+    return CompiledKernel(model, graph, derivs, source, module, em.work_size,
+                          {n: v.shape for n, v in outs.items()})
+
+
+def _unpack(req, default_mode):
+    if hasattr(req, "of"):
+        if req.reduce or req.direction or req.cotangent:
+            what = "reduce" if req.reduce else "direction" if req.direction else "cotangent"
+            raise SpecError(f"compute.derivatives: '{what}:' is not supported yet by this adgrad "
+                            f"(it arrives with the tensor-language release)", *_where(req))
+        return req.of, tuple(req.wrt), req.mode or default_mode
+    of, wrt = req
+    wrt = (wrt,) if isinstance(wrt, str) else tuple(wrt)
+    return of, wrt, default_mode
+
+
+def _where(req):
+    return (req.loc.path, req.loc.line, req.loc.col) if req.loc else (None, None, None)
+
+
+def _derive(b, model, of, wrt, mode):
+    g = b.graph
+    env = {**g.inputs, **g.params}
+    of_var = model.graph.outputs[of]
+    first = env[wrt[0]]
+    name1 = f"d{of}_d{wrt[0]}"
+    choice = select.choose(g, model.custom, of_var, first, mode, name1 in model.manual)
+    if choice.mode == "manual":
+        if name1 not in model.manual:
+            raise SpecError(f"mode manual: model '{model.name}' has no hand-written derivative '{name1}' "
+                            f"under derivatives:", model.spec.path)
+        var = model.manual[name1]
+    elif choice.mode == "forward":
+        var = jacobian_forward(b, model.custom, first, of_var)
+    else:
+        var = jacobian_reverse(b, model.custom, first, of_var)
+    if var is None:
+        var = b.const(0.0, of_var.shape + first.shape)
+    if len(wrt) == 2:                   # forward mode over the first derivative
+        second = env[wrt[1]]
+        var2 = jacobian_forward(b, model.custom, second, var)
+        var = var2 if var2 is not None else b.const(0.0, var.shape + second.shape)
+        choice = select.Choice(choice.mode, choice.forward_cost, choice.reverse_cost,
+                               f"{choice.mode} for the first derivative, then forward over it")
+    return Derivative(of, tuple(wrt), choice.mode, choice), var
+
+
+def explain_graph(kernel: CompiledKernel) -> str:
+    return format_graph(kernel.graph)
+
+
+def modes_json(kernel: CompiledKernel) -> str:
+    return json.dumps(kernel.modes)
