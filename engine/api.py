@@ -94,8 +94,7 @@ class CompiledKernel:
             numba.set_num_threads(threads)
         n_workers = max(1, min(numba.get_num_threads(), m or 1))
         ws = np.zeros((n_workers, max(1, self.workspace_size)))
-        if m:
-            self.module.batch(*rows, *prms, *targets, ws)
+        self.module.batch(*rows, *prms, *targets, ws)
         for (name, shape), t in zip(self.output_shapes.items(), targets):
             if t.base is not results[name] and t is not results[name] and not np.shares_memory(t, results[name]):
                 results[name][...] = t.reshape(results[name].shape)
@@ -135,8 +134,10 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None) 
     per_point = [True] * len(graph.inputs) + [False] * len(graph.params) + [True] * len(outs)
     source = module_source(model.name, em.globals, point_args, body, per_point)
     module = load(source)
-    return CompiledKernel(model, graph, derivs, source, module, em.work_size,
-                          {n: v.shape for n, v in outs.items()})
+    kernel = CompiledKernel(model, graph, derivs, source, module, em.work_size,
+                            {n: v.shape for n, v in outs.items()})
+    kernel.evaluate({n: np.empty((0,) + v.shape) for n, v in graph.inputs.items()})   # jit (or load) now
+    return kernel
 
 
 def _unpack(req, default_mode):

@@ -1,0 +1,37 @@
+"""`adgrad check MODEL_OR_CONFIG`: every derivative by every mode, against each other and central FD."""
+import sys
+
+import click
+
+from adgrad.engine import check as oracle
+from adgrad.engine.h5.io import InputReader
+
+from .common import load_model_or_config, reports_errors
+
+
+@click.command()
+@click.argument("model_or_config", type=click.Path(dir_okay=False))
+@click.option("--points", "k", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Points to check (from the config's input file, else sampled).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampled points.")
+@reports_errors
+def check(model_or_config, k, seed):
+    """Check derivatives: forward, reverse and manual against each other and central differences."""
+    model, config = load_model_or_config(model_or_config)
+    pairs = oracle.requested(model, config.derivatives if config else None)
+    if config is not None and config.input_path is not None:
+        shapes = {n: d.shape for n, d in model.spec.inputs.items()}
+        reader = InputReader(config.input_path, {n: config.datasets[n] for n in shapes}, shapes)
+        try:
+            points = reader.read(0, min(k, reader.points))
+        finally:
+            reader.close()
+    else:
+        points = oracle.sample_points(model, k, seed)
+    rows = oracle.check(model, pairs, points)
+    click.echo(oracle.format_rows(rows))
+    bad = [r for r in rows if not r.ok]
+    if bad:
+        click.echo(f"error: {len(bad)} comparison(s) out of tolerance", err=True)
+        sys.exit(1)
+    click.echo(f"all {len(rows)} comparisons agree at {next(iter(points.values())).shape[0]} points")

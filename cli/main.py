@@ -1,0 +1,17 @@
+"""The `adgrad` command group: one module per command, this file only wires them together."""
+import click
+
+from .check import check
+from .explain import explain
+from .run import run
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option("0.1.0", prog_name="adgrad")
+def cli():
+    """adgrad: outputs and derivatives of YAML models at every point of an HDF5 point cloud."""
+
+
+cli.add_command(run)
+cli.add_command(check)
+cli.add_command(explain)

@@ -1,0 +1,118 @@
+"""The derivative-check oracle: every requested derivative by every mode that can compute it,
+compared with each other and with central finite differences (`adgrad check`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .api import compile_model
+
+AD_TOL = 1e-9       # modes against each other (relative to the derivative's magnitude)
+FD_TOL = 1e-5       # against central differences with step 1e-6 * max(1, |x|)
+
+
+@dataclass
+class Row:
+    derivative: str
+    a: str
+    b: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+
+
+def requested(model, config_derivatives=None):
+    """(of, wrt) pairs: the config's, else every output against every input (first order)."""
+    if config_derivatives:
+        return [(d.of, tuple(d.wrt)) for d in config_derivatives]
+    return [(o, (i,)) for o in model.spec.outputs for i in model.spec.inputs]
+
+
+def sample_points(model, k, seed=0):
+    rng = np.random.default_rng(seed)
+    pts = {}
+    for name, decl in model.spec.inputs.items():
+        lo, hi = decl.sample or (0.0, 1.0)
+        pts[name] = rng.uniform(lo, hi, size=(k,) + decl.shape)
+    return pts
+
+
+def _compare(name, a_name, a, b_name, b, tol):
+    diff = np.abs(a - b)
+    scale = max(np.max(np.abs(b)) if b.size else 0.0, 1e-300)
+    max_abs = float(np.nanmax(diff)) if diff.size else 0.0
+    rel = max_abs / scale if np.isfinite(scale) else np.inf
+    ok = bool(np.all(np.isfinite(a) == np.isfinite(b))) and (max_abs <= tol * max(scale, 1e-8))
+    return Row(name, a_name, b_name, max_abs, rel, ok)
+
+
+def finite_difference(model, of, wrt, points, inner_wrt=None):
+    """Central differences of `of` (or of d of/d inner_wrt) with respect to `wrt`, per point:
+    shape (K, *of_shape[, *inner_shape], *wrt_shape)."""
+    derivs = [] if inner_wrt is None else [(of, inner_wrt)]
+    kern = compile_model(model, derivs, mode="reverse", values=[of])
+    target = of if inner_wrt is None else f"d{of}_d{inner_wrt}"
+    k = next(iter(points.values())).shape[0]
+    if wrt in model.spec.inputs:
+        x = points[wrt]
+        n = int(np.prod(x.shape[1:]))
+        flat = x.reshape(k, n)
+        h = 1e-6 * np.maximum(1.0, np.abs(flat))
+        # all perturbations in one batch: (k, n, 2) points
+        batch = {nm: np.repeat(p[:, None], 2 * n, axis=1).reshape((k * 2 * n,) + p.shape[1:])
+                 for nm, p in points.items()}
+        pert = np.repeat(flat[:, None, :], 2 * n, axis=1)
+        idx = np.arange(n)
+        pert[:, 2 * idx, idx] += h
+        pert[:, 2 * idx + 1, idx] -= h
+        batch[wrt] = pert.reshape((k * 2 * n,) + x.shape[1:])
+        f = kern.evaluate(batch)[target].reshape((k, n, 2, -1))
+        d = (f[:, :, 0] - f[:, :, 1]) / (2 * h[:, :, None])       # (k, n, out)
+        out_shape = kern.output_shapes[target]
+        return np.moveaxis(d, 1, -1).reshape((k,) + out_shape + x.shape[1:])
+    p0 = model.param_values[wrt]
+    cols = []
+    for j in range(p0.size):
+        h = 1e-6 * max(1.0, abs(p0.flat[j]))
+        vals = []
+        for s in (1, -1):
+            p = p0.copy()
+            p.flat[j] += s * h
+            vals.append(kern.evaluate(points, params={wrt: p})[target])
+        cols.append((vals[0] - vals[1]) / (2 * h))
+    d = np.stack(cols, axis=-1)
+    return d.reshape(d.shape[:-1] + p0.shape)
+
+
+def check(model, pairs, points, manual_too=True):
+    """Rows comparing every available mode with the others and with finite differences."""
+    rows = []
+    for of, wrt in pairs:
+        modes = ["forward", "reverse"]
+        name = f"d{of}_d{wrt[0]}" if len(wrt) == 1 else f"d2{of}_d{wrt[0]}_d{wrt[1]}"
+        if manual_too and f"d{of}_d{wrt[0]}" in model.manual:
+            modes.append("manual")
+        results = {}
+        for mode in modes:
+            kern = compile_model(model, [(of, list(wrt))], mode=mode, values=[of])
+            results[mode] = kern.evaluate(points)[name]
+        if len(wrt) == 1:
+            fd = finite_difference(model, of, wrt[0], points)
+        else:
+            fd = finite_difference(model, of, wrt[1], points, inner_wrt=wrt[0])
+        for i, ma in enumerate(modes):
+            for mb in modes[i + 1:]:
+                rows.append(_compare(name, ma, results[ma], mb, results[mb], AD_TOL))
+            rows.append(_compare(name, ma, results[ma], "central FD", fd, FD_TOL))
+    return rows
+
+
+def format_rows(rows):
+    head = f"{'derivative':<18} {'compared':<28} {'max abs err':>12} {'max rel err':>12}  result"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r.derivative:<18} {r.a + ' vs ' + r.b:<28} {r.max_abs:>12.3e} {r.max_rel:>12.3e}  "
+                     f"{'ok' if r.ok else 'MISMATCH'}")
+    return "\n".join(lines)
+
