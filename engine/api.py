@@ -79,25 +79,27 @@ class CompiledKernel:
         prms = [np.ascontiguousarray(np.asarray(pvals[n], dtype=np.float64).reshape(v.size))
                 for n, v in g.params.items()]
         out = {} if out is None else out
-        results, targets = {}, []
+        results, targets, copies = {}, [], []
         for name, shape in self.output_shapes.items():
-            full = (m,) + shape
+            full, size = (m,) + shape, max(1, int(np.prod(shape)))
             dst = out.get(name)
             if dst is None:
                 dst = np.empty(full)
             elif dst.shape != full:
                 raise ValueError(f"out['{name}'] must have shape {full}, got {dst.shape}")
             results[name] = dst
-            direct = dst.dtype == np.float64 and dst.flags.c_contiguous
-            targets.append(dst.reshape(m, -1) if direct else np.empty((m, max(1, int(np.prod(shape))))))
+            if dst.dtype == np.float64 and dst.flags.c_contiguous:
+                targets.append(dst.reshape(m, size))
+            else:                       # compute in float64, then cast/copy into the caller's array
+                targets.append(np.empty((m, size)))
+                copies.append((dst, targets[-1]))
         if threads:
             numba.set_num_threads(threads)
         n_workers = max(1, min(numba.get_num_threads(), m or 1))
         ws = np.zeros((n_workers, max(1, self.workspace_size)))
         self.module.batch(*rows, *prms, *targets, ws)
-        for (name, shape), t in zip(self.output_shapes.items(), targets):
-            if t.base is not results[name] and t is not results[name] and not np.shares_memory(t, results[name]):
-                results[name][...] = t.reshape(results[name].shape)
+        for dst, t in copies:
+            dst[...] = t.reshape(dst.shape)
         return results
 
 
