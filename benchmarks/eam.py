@@ -36,7 +36,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-MODEL_PATH = Path(__file__).resolve().parent.parent / "configs" / "eam.yaml"
+MODEL_PATH = Path(__file__).resolve().parent.parent / "configs" / "eam_model.yaml"
 DEFAULT_N = (100, 1000)
 ELEMENTS = {False: 100_000_000, True: 2_000_000}   # default M * N, full and --quick
 FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}

@@ -3,6 +3,7 @@ rule table in rules.py. Each appends equations to the same Builder as the values
 shares work between a value and its derivatives (EAM's exp is computed once)."""
 from __future__ import annotations
 
+from ..errors import SpecError
 from ..ir.core import Builder, Var
 from .rules import RULES, IndexContribution, batched_index, from_partials
 
@@ -11,6 +12,12 @@ def _custom_rule_as_eqn_rule(rule, b):
     """A user function's hand-written partials as an elementwise rule over its arguments."""
     partials = tuple(rule.partial(b, k) for k in range(len(rule.args)))
     return from_partials(lambda out, *args: partials)
+
+
+def rule_for(op):
+    if op not in RULES:      # only prod_others (the partial of prod) lacks rules: no second derivative of prod yet
+        raise SpecError(f"no derivative rule for '{op}' (a second derivative through prod() is not supported yet)")
+    return RULES[op]
 
 
 class _Call:
@@ -54,7 +61,7 @@ def jacobian_forward(b: Builder, custom: dict, wrt: Var, of: Var) -> Var | None:
                 eq = _Call(e.out, rule.args)
                 t = _custom_rule_as_eqn_rule(rule, b).jvp(eq, [tangents.get(a) for a in rule.args], bs)
             else:
-                t = RULES[e.op].jvp(e, [tangents.get(a) for a in e.args], bs)
+                t = rule_for(e.op).jvp(e, [tangents.get(a) for a in e.args], bs)
             if t is not None:
                 tangents[e.out] = t
             if e.out is of:
@@ -91,7 +98,7 @@ def jacobian_reverse(b: Builder, custom: dict, wrt: Var, of: Var) -> Var | None:
                 cts = _custom_rule_as_eqn_rule(rule, b).vjp(_Call(e.out, args), ct, bs)
             else:
                 args = e.args
-                cts = RULES[e.op].vjp(e, ct, bs)
+                cts = rule_for(e.op).vjp(e, ct, bs)
             for a, c in zip(args, cts):
                 if c is not None and a in live:
                     pending.setdefault(a, []).append(c)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..ir.printer import format_eqn
+from ..ir.printer import canonical_names, format_eqn
 from .schedule import Group, Single, kind, schedule
 
 
@@ -122,15 +122,12 @@ class Emitter:
 
     # ---- analysis ---------------------------------------------------------------------------
     def _plan(self):
-        """Which group-local values must be stored, and the last item that reads each storage."""
+        """Which group-local values must be stored, and the last item that reads each value or
+        any view of it (a workspace block lives until then)."""
         where = {}
         for i, it in enumerate(self.items):
             for e in (it.eqns if isinstance(it, Group) else [it.eqn]):
                 where[e.out] = i
-        self.root = {}
-        for it in self.items:
-            if isinstance(it, Single) and kind(it.eqn) == "view":
-                self.root[it.eqn.out] = it.eqn.args[0]
         self.materialize = set()
         self.last_use = {}
         for i, it in enumerate(self.items):
@@ -138,16 +135,14 @@ class Emitter:
                 for a in e.args:
                     if where.get(a) != i or not isinstance(it, Group):
                         self.materialize.add(a)
-                    r = self._root(a)
-                    self.last_use[r] = max(self.last_use.get(r, -1), i)
+                    self.last_use[a] = max(self.last_use.get(a, -1), i)
         for v in self.g.outputs.values():
             self.materialize.add(v)
-            self.last_use[self._root(v)] = len(self.items)
-
-    def _root(self, v):
-        while v in self.root:
-            v = self.root[v]
-        return v
+            self.last_use[v] = len(self.items)
+        for it in reversed(self.items):            # a view keeps the value it reads alive
+            if isinstance(it, Single) and kind(it.eqn) == "view":
+                a, v = it.eqn.args[0], it.eqn.out
+                self.last_use[a] = max(self.last_use.get(a, -1), self.last_use.get(v, -1))
 
     # ---- workspace ----------------------------------------------------------------------------
     def _release(self, i):
@@ -191,8 +186,6 @@ class Emitter:
 
     # ---- items -------------------------------------------------------------------------------
     def emit(self):
-        names = {}
-        from ..ir.printer import canonical_names
         self.names = canonical_names(self.g)
         for i, it in enumerate(self.items):
             if isinstance(it, Group):
@@ -224,6 +217,7 @@ class Emitter:
                     self.lines.append(f"    v{e.out.id} = {REDUCE_INIT[e.op]}")
         idx, ind = self._loops(space, 4)
         pad = " " * ind
+        stored = []
         for e in grp.eqns:
             self._comment(e, ind)
             if kind(e) == "reduce":
@@ -250,11 +244,9 @@ class Emitter:
             if e.out in self.materialize:
                 buf = self._alloc(e.out, i)
                 self.lines.append(f"{pad}{buf.at(idx)} = {self.write_value(e.out, name)}")
-                self._after_loop = getattr(self, "_after_loop", [])
-                self._after_loop.append((e.out, buf))
-        for v, buf in getattr(self, "_after_loop", []):
-            self.store[v] = buf                 # later items read the stored array
-        self._after_loop = []
+                stored.append((e.out, buf))
+        for v, buf in stored:
+            self.store[v] = buf                 # items after the loop read the stored array
 
     def _fill(self, buf, value, indent):
         idx, ind = self._loops(buf.shape, indent, prefix="f")
@@ -313,14 +305,15 @@ class Emitter:
             strides = [0] * lead + [0 if d == 1 else s for d, s in zip(x.shape, src.strides)]
             return Buf(src.array, src.offset, tuple(shape), tuple(strides))
         if e.op == "reshape":
-            if not src.contiguous:
-                src = self._copy(x, src, i)
+            if not src.contiguous:            # a reshape of a strided view reads a contiguous copy
+                src = self._copy(e.out, x.shape, src, i)
             return Buf(src.array, src.offset, e.out.shape, cstrides(e.out.shape))
         raise NotImplementedError(e.op)
 
-    def _copy(self, v, src, i):
-        dst = self._alloc(v, i)
-        idx, ind = self._loops(v.shape, 4, prefix="c")
+    def _copy(self, owner, shape, src, i):
+        dst = self._alloc(owner, i)
+        dst = Buf(dst.array, dst.offset, shape, cstrides(shape))
+        idx, ind = self._loops(shape, 4, prefix="c")
         self.lines.append(" " * ind + f"{dst.at(idx)} = {src.at(idx)}")
         return dst
 
@@ -335,8 +328,6 @@ class Emitter:
             dst = self._alloc(e.out, i)
             idx, ind = self._loops(acc.shape, 4, prefix="c")
             self.lines.append(" " * ind + f"{dst.at(idx)} = {self.read(acc, acc.shape, idx)}")
-        view = Buf(dst.array, dst.offset, dst.shape, dst.strides)
-        part = self._view(type(e)(e.out, "getitem", (acc,), e.attrs), i) if False else None
         off, strides = dst.offset, []
         for it, st in zip(e.attr("index"), dst.strides):
             if isinstance(it, tuple):

@@ -135,15 +135,20 @@ _op("reduce_min", "reduce", _reduce_rule("min"), lambda x, axes: np.min(x, axis=
 _op("reduce_prod", "reduce", _reduce_rule("prod"), lambda x, axes: np.prod(x, axis=axes))
 
 _op("broadcast_to", "view", _broadcast_to_rule, lambda x, shape: np.broadcast_to(x, shape))
-_op("getitem", "view", _getitem_rule,
-    lambda x, index: x[tuple(slice(*i) if isinstance(i, tuple) else i for i in index)])
+def numpy_index(index):
+    """An IR index (ints and normalized (start, stop, step) ranges) as a numpy index.
+    A range's stop of -1 means 'past the front' (a negative step down to 0), not 'the last'."""
+    return tuple(slice(i[0], None if i[1] < 0 else i[1], i[2]) if isinstance(i, tuple) else i for i in index)
+
+
+_op("getitem", "view", _getitem_rule, lambda x, index: x[numpy_index(index)])
 _op("transpose", "view", _transpose_rule, lambda x, perm: np.transpose(x, perm))
 _op("reshape", "view", _reshape_rule, lambda x, shape: np.reshape(x, shape))
 
 
 def _index_add_np(acc, val, index):
     out = np.array(acc, dtype=float, copy=True)
-    out[tuple(slice(*i) if isinstance(i, tuple) else i for i in index)] += val
+    out[numpy_index(index)] += val
     return out
 
 
