@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ops import OPS, COMMUTATIVE
+from .ops import COMMUTATIVE, OPS, broadcast_shapes
 
 _current = contextvars.ContextVar("adgrad_builder")
 
@@ -173,7 +173,7 @@ class Builder:
             if np.result_type(val) == np.bool_:
                 return None
             return self.const(float(val))
-        shape = broadcast_shape([a.shape for a in args])
+        shape = broadcast_shapes(op, [a.shape for a in args])     # raises ShapeError naming both shapes
         def same(i):   # argument i alone determines the result's shape
             return args[i].shape == shape and args[i].dtype == "f8"
         c = consts
@@ -199,7 +199,3 @@ class Builder:
             if e is not None and e.op == "neg":
                 return e.args[0]
         return None
-
-
-def broadcast_shape(shapes):
-    return tuple(np.broadcast_shapes(*shapes))
