@@ -99,6 +99,9 @@ class Emitter:
     def __init__(self, graph, input_names, param_names, output_names):
         self.g = graph
         self.items = schedule(graph)
+        # names from the equation's position, not the Var's process-wide id: the same model gives
+        # the same source (and so hits the kernel cache) whatever was compiled before it
+        self.vname = {e.out: f"v{i}" for i, e in enumerate(graph.eqns)}
         self.lines = []
         self.globals = []            # lines defining constant arrays
         self.store = {}              # Var -> Buf | str (a scalar expression)
@@ -213,8 +216,8 @@ class Emitter:
                     self.store[e.out] = self._alloc(e.out, i)
                     self._fill(self.store[e.out], REDUCE_INIT[e.op], 4)
                 else:
-                    self.store[e.out] = f"v{e.out.id}"
-                    self.lines.append(f"    v{e.out.id} = {REDUCE_INIT[e.op]}")
+                    self.store[e.out] = self.vname[e.out]
+                    self.lines.append(f"    {self.vname[e.out]} = {REDUCE_INIT[e.op]}")
         idx, ind = self._loops(space, 4)
         pad = " " * ind
         stored = []
@@ -226,7 +229,7 @@ class Emitter:
                 if e.out.shape:
                     target = self.store[e.out].at([t for k, t in enumerate(idx) if k not in axes])
                 else:
-                    target = f"v{e.out.id}"
+                    target = self.vname[e.out]
                 self.lines.append(pad + _accumulate(e.op, target, x))
                 continue
             if e.op == "eye":
@@ -238,7 +241,7 @@ class Emitter:
                 expr = self.read(e.args[0], space, idx)
             else:
                 expr = elem_expr(e, [self.read(a, space, idx) for a in e.args])
-            name = f"v{e.out.id}"
+            name = self.vname[e.out]
             self.lines.append(f"{pad}{name} = {expr}")
             self.store[e.out] = name
             if e.out in self.materialize:
@@ -258,7 +261,7 @@ class Emitter:
             self.store[e.out] = _lit(e.attr("value"))
             return
         if k == "array":
-            name = f"__a{e.out.id}"
+            name = f"__a{self.vname[e.out][1:]}"
             data = ", ".join(_lit(x) for x in e.attr("data"))
             self.globals.append(f"{name} = np.array([{data}], dtype=np.float64)")
             self.store[e.out] = Buf(name, 0, e.out.shape, cstrides(e.out.shape))
@@ -266,13 +269,13 @@ class Emitter:
         self._comment(e, 4)
         if k == "scalar":
             expr = elem_expr(e, [self.read(a, (), []) for a in e.args])
-            self.lines.append(f"    v{e.out.id} = {expr}")
-            self.store[e.out] = f"v{e.out.id}"
+            self.lines.append(f"    {self.vname[e.out]} = {expr}")
+            self.store[e.out] = self.vname[e.out]
         elif k in ("view", "load"):
             view = self._view(e, i)
             if k == "load":
-                self.lines.append(f"    v{e.out.id} = {view.at([])}")
-                self.store[e.out] = f"v{e.out.id}"
+                self.lines.append(f"    {self.vname[e.out]} = {view.at([])}")
+                self.store[e.out] = self.vname[e.out]
             else:
                 self.store[e.out] = view
         elif e.op == "index_add":

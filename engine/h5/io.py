@@ -22,9 +22,9 @@ class InputReader:
         self.datasets, self.points = {}, None
         for name, dname in datasets.items():
             if dname not in self.file:
+                have = ", ".join(sorted(self.file.keys())) or "nothing"
                 self.close()
-                raise DataError(f"{path}: dataset '{dname}' (input '{name}') not found; "
-                                f"the file has: {', '.join(sorted(self.file.keys())) or 'nothing'}")
+                raise DataError(f"{path}: dataset '{dname}' (input '{name}') not found; the file has: {have}")
             ds = self.file[dname]
             if not isinstance(ds, h5py.Dataset) or ds.shape[1:] != tuple(shapes[name]) or ds.ndim < 1:
                 self.close()

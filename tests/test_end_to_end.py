@@ -1,0 +1,150 @@
+"""End to end: the shipped EAM config and data against a hand-written numpy EAM, the Python API in
+every mode, allocation-free kernels (numba NRT stats) and the on-disk compile cache."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from adgrad.cli.main import cli
+from adgrad.engine import compile_model, load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "eam.yaml"
+MODEL = ROOT / "configs" / "eam_model.yaml"
+DATA = ROOT / "data" / "eam_points.h5"
+RTOL = 1e-12
+
+
+def eam_numpy(x, alpha=3.0):
+    """rho = sum(exp(-3(x+1))), E = rho^2 + rho^3 + rho^4/4, dE/dx_i = (2rho + 3rho^2 + rho^3)(-3)exp(-3(x_i+1))."""
+    r = np.exp(-alpha * (x + 1.0))
+    rho = r.sum(axis=1)
+    e = rho**2 + rho**3 + 0.25 * rho**4
+    de = (2 * rho + 3 * rho**2 + rho**3)[:, None] * (-alpha) * r
+    return e, de
+
+
+@pytest.fixture(scope="module")
+def points():
+    with h5py.File(DATA, "r") as f:
+        return f["points"][()]
+
+
+def test_run_shipped_eam_config(tmp_path, points):
+    out = tmp_path / "eam_out.h5"
+    result = CliRunner().invoke(cli, ["run", str(CONFIG), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    e_ref, de_ref = eam_numpy(points)
+    with h5py.File(out, "r") as f:
+        assert bool(f.attrs["complete"]) is True
+        assert int(f.attrs["points"]) == points.shape[0] == 2000
+        assert Path(f.attrs["input_path"]) == DATA
+        assert json.loads(f.attrs["modes"]) == {"dE_dx": "reverse"}
+        assert f["E"].shape == (2000,) and f["dE_dx"].shape == (2000, 100)
+        np.testing.assert_allclose(f["E"][()], e_ref, rtol=RTOL, atol=0)
+        np.testing.assert_allclose(f["dE_dx"][()], de_ref, rtol=RTOL, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse", "manual"])
+def test_python_api_modes(points, mode):
+    model = load_model(MODEL)
+    kernel = compile_model(model, derivatives=[("E", "x")], mode=mode)
+    assert kernel.modes == {"dE_dx": mode}
+    assert kernel.workspace_size >= 0
+    out = kernel.evaluate({"x": points})
+    assert set(out) == {"E", "dE_dx"}
+    assert out["E"].shape == (2000,) and out["dE_dx"].shape == (2000, 100)
+    e_ref, de_ref = eam_numpy(points)
+    np.testing.assert_allclose(out["E"], e_ref, rtol=RTOL, atol=0)
+    np.testing.assert_allclose(out["dE_dx"], de_ref, rtol=RTOL, atol=0)
+
+
+def test_python_api_param_override(points):
+    """evaluate(params=...) uses the new alpha (values and derivative)."""
+    kernel = compile_model(load_model(MODEL), derivatives=[("E", "x")], mode="reverse")
+    out = kernel.evaluate({"x": points[:50]}, params={"alpha": 2.5})
+    e_ref, de_ref = eam_numpy(points[:50], alpha=2.5)
+    np.testing.assert_allclose(out["E"], e_ref, rtol=RTOL, atol=0)
+    np.testing.assert_allclose(out["dE_dx"], de_ref, rtol=RTOL, atol=0)
+
+
+def _python(script, tmp_path, **env):
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(script))
+    full_env = {**os.environ, **{k: str(v) for k, v in env.items()}}
+    proc = subprocess.run([sys.executable, str(path), str(MODEL)], env=full_env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+NRT_SCRIPT = """
+    import json, sys
+    import numpy as np
+    from numba.core.runtime import rtsys
+    from adgrad.engine import compile_model, load_model
+
+    model = load_model(sys.argv[1])
+    rng = np.random.default_rng(0)
+    res = {}
+    for mode in ("forward", "reverse", "manual"):
+        kernel = compile_model(model, derivatives=[("E", "x")], mode=mode)
+        for m in (1000, 1000, 100000):          # first call may warm up; compare the second with the big one
+            x = rng.random((m, 100))
+            out = {"E": np.empty(m), "dE_dx": np.empty((m, 100))}
+            s0 = rtsys.get_allocation_stats()
+            kernel.evaluate({"x": x}, out=out)
+            s1 = rtsys.get_allocation_stats()
+            res[f"{mode}/{m}"] = [s1.alloc - s0.alloc, s1.free - s0.free]
+    print(json.dumps(res))
+"""
+
+
+def test_nrt_allocations_do_not_grow_with_points(tmp_path):
+    """NUMBA_NRT_STATS must be set before numba initializes, hence a subprocess."""
+    res = _python(NRT_SCRIPT, tmp_path, NUMBA_NRT_STATS=1)
+    for mode in ("forward", "reverse", "manual"):
+        small, big = res[f"{mode}/1000"], res[f"{mode}/100000"]
+        assert small[0] == big[0], (mode, res)            # allocations independent of the point count
+        assert big[0] == big[1], (mode, res)              # and all freed
+        assert big[0] < 100, (mode, res)                  # per call, not per point
+
+
+COMPILE_SCRIPT = """
+    import json, sys, time
+    from adgrad.engine import compile_model, load_model
+
+    model = load_model(sys.argv[1])
+    t = time.perf_counter()
+    kernel = compile_model(model, derivatives=[("E", "x")], mode="reverse")
+    dt = time.perf_counter() - t
+    st = kernel.module.batch.stats
+    print(json.dumps({"seconds": dt, "hits": sum(st.cache_hits.values()), "misses": sum(st.cache_misses.values())}))
+"""
+
+
+def test_second_compile_uses_disk_cache(tmp_path):
+    cache = tmp_path / "cache"
+    first = _python(COMPILE_SCRIPT, tmp_path, ADGRAD_CACHE_DIR=cache)
+    second = _python(COMPILE_SCRIPT, tmp_path, ADGRAD_CACHE_DIR=cache)
+    assert first["misses"] >= 1, first                    # a fresh cache dir really compiles
+    assert second["hits"] >= 1 and second["misses"] == 0, second
+    assert second["seconds"] < 1.0, second
+    assert any(cache.glob("k_*.py"))
+
+
+def test_kernel_source_independent_of_compile_history():
+    first = compile_model(load_model(MODEL), derivatives=[("E", "x")], mode="reverse")
+    compile_model(load_model(MODEL), derivatives=[("E", "x")], mode="forward")
+    again = compile_model(load_model(MODEL), derivatives=[("E", "x")], mode="reverse")
+    assert again.source == first.source
+    assert again.module is first.module
