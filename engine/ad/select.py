@@ -21,7 +21,7 @@ class Choice:
 def work(graph, custom, of, wrt):
     """Elements touched by the equations that `of` needs and that depend on `wrt`."""
     from .transform import _depends
-    live = _depends(graph, custom, [wrt])
+    live = _depends(graph, [wrt])
     needed = {of}
     total = 0
     for e in reversed(graph.eqns):

@@ -27,14 +27,22 @@ class _Call:
         self.out, self.args = out, args
 
 
-def _depends(graph, custom, seeds):
-    """Vars whose value depends on any of `seeds` (following custom rules' arguments too)."""
+def _depends(graph, seeds):
+    """Vars whose value depends on any of `seeds`."""
     live = set(seeds)
     for e in graph.eqns:
-        args = custom[e.out].args if e.out in custom else e.args
-        if any(a in live for a in args):
+        if any(a in live for a in e.args):
             live.add(e.out)
     return live
+
+
+def _usable_rule(custom, v, live):
+    """The hand-written rule for v, if it covers every differentiated value its body reads
+    (a rule gives partials for the function's arguments only, not for the params it uses)."""
+    rule = custom.get(v)
+    if rule is None or any(f in live for f in rule.free):
+        return None
+    return rule
 
 
 def _seed(b, v):
@@ -51,13 +59,15 @@ def jacobian_forward(b: Builder, custom: dict, wrt: Var, of: Var) -> Var | None:
     if of is wrt:
         return _seed(b, of)
     tangents = {wrt: _seed(b, wrt)}
-    live = _depends(g, custom, [wrt])
+    live = _depends(g, [wrt])
+    if of not in live:
+        return None
     with b.active():
         for e in list(g.eqns):
             if e.out not in live or e.out is wrt:
                 continue
-            if e.out in custom:
-                rule = custom[e.out]
+            rule = _usable_rule(custom, e.out, live)
+            if rule is not None:
                 eq = _Call(e.out, rule.args)
                 t = _custom_rule_as_eqn_rule(rule, b).jvp(eq, [tangents.get(a) for a in rule.args], bs)
             else:
@@ -81,7 +91,7 @@ def jacobian_reverse(b: Builder, custom: dict, wrt: Var, of: Var) -> Var | None:
     bs = of.shape
     if of is wrt:
         return _seed(b, of)
-    live = _depends(g, custom, [wrt])
+    live = _depends(g, [wrt])
     if of not in live:
         return None
     pending = {of: [_seed(b, of)]}     # var -> list of Var / IndexContribution
@@ -92,8 +102,8 @@ def jacobian_reverse(b: Builder, custom: dict, wrt: Var, of: Var) -> Var | None:
             if e.out not in pending or e.out not in live:
                 continue
             ct = _accumulate(b, pending.pop(e.out), bs + e.out.shape)
-            if e.out in custom:
-                rule = custom[e.out]
+            rule = _usable_rule(custom, e.out, live)
+            if rule is not None:
                 args = rule.args
                 cts = _custom_rule_as_eqn_rule(rule, b).vjp(_Call(e.out, args), ct, bs)
             else:

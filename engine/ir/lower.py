@@ -25,6 +25,7 @@ class CustomRule:
     fn: str
     args: tuple
     partial: Callable
+    free: tuple = ()            # other Vars the body reads (params): the rule says nothing about them
 
 
 class _Fail(Exception):
@@ -216,6 +217,21 @@ class Lowerer:
         raise _Fail(node, f"matmul of shapes {a.shape} and {b.shape} is not implemented yet (vectors only)")
 
     # ---- user functions ------------------------------------------------------------------------
+    def _free_vars(self, out, args):
+        """Leaves of out's expression other than the arguments: the params the body reads."""
+        free, stack, seen = [], [out], set()
+        while stack:
+            v = stack.pop()
+            if v in seen or any(v is a for a in args):
+                continue
+            seen.add(v)
+            e = self.b.producer(v)
+            if e is None:
+                free.append(v)
+            else:
+                stack.extend(e.args)
+        return tuple(free)
+
     def _user_call(self, node, fn: FunctionDecl, args):
         if len(args) != len(fn.args):
             raise _Fail(node, f"function '{fn.name}' takes {len(fn.args)} argument(s), got {len(args)}")
@@ -246,7 +262,7 @@ class Lowerer:
                     return self.lower(fn.derivative[k], {**self._outer_env, **dict(zip(fn.args, args))})
                 finally:
                     self.b = saved
-            self.custom[out] = CustomRule(fn.name, tuple(args), partial)
+            self.custom[out] = CustomRule(fn.name, tuple(args), partial, self._free_vars(out, args))
         return out
 
 
