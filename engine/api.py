@@ -125,7 +125,7 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None) 
         for w in wrt:
             if w not in names:
                 raise SpecError(f"'{w}' is not an input or param of model '{model.name}'")
-        d, var = _derive(b, model, of, wrt, item_mode)
+        d, var = _derive(b, model, of, wrt, item_mode, getattr(req, "loc", None))
         derivs.append(d)
         outs[d.name] = var
     b.graph.outputs = outs
@@ -158,7 +158,8 @@ def _where(req):
     return (req.loc.path, req.loc.line, req.loc.col) if req.loc else (None, None, None)
 
 
-def _derive(b, model, of, wrt, mode):
+
+def _derive(b, model, of, wrt, mode, loc=None):
     g = b.graph
     env = {**g.inputs, **g.params}
     of_var = model.graph.outputs[of]
@@ -167,8 +168,9 @@ def _derive(b, model, of, wrt, mode):
     choice = select.choose(g, model.custom, of_var, first, mode, name1 in model.manual)
     if choice.mode == "manual":
         if name1 not in model.manual:
-            raise SpecError(f"mode manual: model '{model.name}' has no hand-written derivative '{name1}' "
-                            f"under derivatives:", model.spec.path)
+            where = (loc.path, loc.line, loc.col) if loc else (model.spec.path, None, None)
+            raise SpecError(f"mode manual: model '{model.name}' ({model.spec.path}) has no hand-written "
+                            f"derivative '{name1}' under derivatives:", *where)
         var = model.manual[name1]
     elif choice.mode == "forward":
         var = jacobian_forward(b, model.custom, first, of_var)

@@ -327,6 +327,7 @@ def test_manual_mode_without_hand_written_derivative(work):
     result = invoke("run", cfg)
     assert_usage_error(result, work / "model.yaml", work)
     assert "manual" in result.stderr and "'dE_dx'" in result.stderr
+    assert f"{cfg}:11:7: " in result.stderr          # the derivative request's line and column
 
 
 # ---- check ----------------------------------------------------------------------------------------

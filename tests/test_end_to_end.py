@@ -148,3 +148,12 @@ def test_kernel_source_independent_of_compile_history():
     again = compile_model(load_model(MODEL), derivatives=[("E", "x")], mode="reverse")
     assert again.source == first.source
     assert again.module is first.module
+
+
+def test_eam_gradient_kernel_calls_exp_once_per_element():
+    """CSE shares the exp between the value and the gradient: one exp call in the whole kernel,
+    inside the single loop over x, and the gradient pass reads the stored product."""
+    kernel = compile_model(load_model(MODEL), derivatives=[("E", "x")], mode="reverse")
+    point = kernel.source[kernel.source.index("def point("):kernel.source.index("def batch(")]
+    assert point.count("np.exp(") == 1
+    assert point.count("for i0 in range(100):") == 2
