@@ -77,7 +77,22 @@ def one_if(cond):
 @dataclass(frozen=True)
 class Rule:
     jvp: object                 # jvp(eqn, tangents, bs) -> tangent of eqn.out or None
-    vjp: object                 # vjp(eqn, ct, bs) -> per argument: Var, IndexContribution or None
+    vjp: object                 # vjp(eqn, ct, bs[, mask]) -> per argument: Var, IndexContribution or None
+    masks: object = None        # elementwise only: masks(eqn, mask) -> per argument, the mask of its cotangent
+
+# Masks keep `where` from turning a derivative into NaN (JAX's "double where" problem): the
+# cotangent a branch of select receives is exactly zero where the branch was not taken, but the
+# branch's own partials may be inf or NaN there (sqrt'(0), log'(-1)), and 0 * inf = NaN. So a
+# cotangent carries the condition under which it can be nonzero, and elementwise rules select
+# instead of multiplying where the mask is false.
+
+
+def _guard(x, mask):
+    return x if mask is None else emit("select", mask, x, 0.0)
+
+
+def _same_shape_masks(e, mask):
+    return [mask if a.shape == e.out.shape else None for a in e.args]
 
 
 def from_partials(partials):
@@ -92,11 +107,11 @@ def from_partials(partials):
             total = total + t
         return to_shape(total, bs, e.out.shape)
 
-    def vjp(e, ct, bs):
+    def vjp(e, ct, bs, mask=None):
         ps = partials(e.out, *e.args)
-        return [None if p is None or a.dtype == "bool" else unbroadcast(ct * p, bs, a.shape)
+        return [None if p is None or a.dtype == "bool" else unbroadcast(_guard(ct * p, mask), bs, a.shape)
                 for a, p in zip(e.args, ps)]
-    return Rule(jvp, vjp)
+    return Rule(jvp, vjp, _same_shape_masks)
 
 
 def linear(apply, transpose):
@@ -177,14 +192,24 @@ def _select_jvp(e, ts, bs):
     return to_shape(emit("select", c, za, zb), bs, e.out.shape)
 
 
-def _select_vjp(e, ct, bs):
+def _select_vjp(e, ct, bs, mask=None):
     c, a, b = e.args
     # select, not multiply by a 0/1 mask: the untaken branch gets an exact zero, never 0*inf = NaN
     return [None, unbroadcast(emit("select", c, ct, 0.0), bs, a.shape),
             unbroadcast(emit("select", c, 0.0, ct), bs, b.shape)]
 
 
-RULES["select"] = Rule(_select_jvp, _select_vjp)
+def _select_masks(e, mask):
+    c = e.args[0]
+    taken = [c, emit("not", c)]
+    if mask is not None:
+        taken = [emit("and", t, mask) for t in taken]
+    if c.shape != e.out.shape:
+        taken = [emit("broadcast_to", t, shape=e.out.shape) for t in taken]
+    return [None] + [t if a.shape == e.out.shape else None for t, a in zip(taken, e.args[1:])]
+
+
+RULES["select"] = Rule(_select_jvp, _select_vjp, _select_masks)
 
 RULES["reduce_sum"] = linear(
     lambda e, t, bs: emit("reduce_sum", t, axes=shift(e.attr("axes"), bs)),

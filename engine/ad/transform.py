@@ -95,23 +95,31 @@ def jacobian_reverse(b: Builder, custom: dict, wrt: Var, of: Var) -> Var | None:
     if of not in live:
         return None
     pending = {of: [_seed(b, of)]}     # var -> list of Var / IndexContribution
+    masks = {}                         # var -> the mask of each pending contribution (see rules.py)
     with b.active():
         eqns = list(g.eqns)
         stop = next(i for i, e in enumerate(eqns) if e.out is of)
         for e in reversed(eqns[: stop + 1]):
             if e.out not in pending or e.out not in live:
                 continue
-            ct = _accumulate(b, pending.pop(e.out), bs + e.out.shape)
+            contribs = pending.pop(e.out)
+            ct = _accumulate(b, contribs, bs + e.out.shape)
+            ms = masks.pop(e.out, [])
+            mask = ms[0] if len(ms) == len(contribs) and all(m is ms[0] for m in ms) else None
             rule = _usable_rule(custom, e.out, live)
             if rule is not None:
                 args = rule.args
-                cts = _custom_rule_as_eqn_rule(rule, b).vjp(_Call(e.out, args), ct, bs)
+                eq, r = _Call(e.out, args), _custom_rule_as_eqn_rule(rule, b)
             else:
-                args = e.args
-                cts = rule_for(e.op).vjp(e, ct, bs)
-            for a, c in zip(args, cts):
+                args, eq, r = e.args, e, rule_for(e.op)
+            if r.masks is not None:
+                cts, arg_masks = r.vjp(eq, ct, bs, mask), r.masks(eq, mask)
+            else:
+                cts, arg_masks = r.vjp(eq, ct, bs), [None] * len(args)
+            for a, c, m in zip(args, cts, arg_masks):
                 if c is not None and a in live:
                     pending.setdefault(a, []).append(c)
+                    masks.setdefault(a, []).append(m)
         contribs = pending.get(wrt)
         return None if not contribs else _accumulate(b, contribs, bs + wrt.shape)
 

@@ -24,7 +24,7 @@ FASTMATH = {fastmath}
 
 DRIVER = '''
 
-@njit(cache=True, nogil=True, parallel=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, parallel=True, fastmath=FASTMATH, error_model="numpy")
 def batch({rows}, ws):
     """Rows [0, m) of every array, split statically over the workspace rows (one per worker)."""
     n_workers = ws.shape[0]
@@ -50,7 +50,7 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point):
     src = HEADER.format(model=model_name, fastmath=FASTMATH)
     if globals_lines:
         src += "\n" + "\n".join(globals_lines) + "\n"
-    src += f"\n\n@njit(cache=True, nogil=True, fastmath=FASTMATH)\ndef point({', '.join(point_args)}, work):\n"
+    src += f"\n\n@njit(cache=True, nogil=True, fastmath=FASTMATH, error_model='numpy')\ndef point({', '.join(point_args)}, work):\n"
     src += "\n".join(body_lines) + "\n    return\n"
     rows = [f"{a}" for a in point_args]
     row_args = ", ".join(f"{a}[i]" if pp else a for a, pp in zip(point_args, per_point))
