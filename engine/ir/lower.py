@@ -210,11 +210,8 @@ class Lowerer:
         return spec(self, node, env)
 
     def _matmul(self, node, a, b):
-        if a.rank == 1 and b.rank == 1:
-            if a.shape != b.shape:
-                raise _Fail(node, f"dot: vector lengths {a.shape[0]} and {b.shape[0]} differ")
-            return self._emit(node, "reduce_sum", self._emit(node, "mul", a, b), axes=(0,))
-        raise _Fail(node, f"matmul of shapes {a.shape} and {b.shape} is not implemented yet (vectors only)")
+        from .linalg import matmul
+        return matmul(self, node, a, b)
 
     # ---- user functions ------------------------------------------------------------------------
     def _free_vars(self, out, args):
@@ -398,3 +395,6 @@ def _eye(lw, node, env):
 
 
 FUNCS.update(arange=_arange, linspace=_linspace, zeros=_filled(0.0), ones=_filled(1.0), eye=_eye)
+
+
+from . import linalg  # noqa: E402,F401  (registers the tensor and linear-algebra functions in FUNCS)

@@ -1,0 +1,262 @@
+"""Tensor and linear-algebra functions, lowered to the core ops (mul, reduce_sum, views, index_add).
+
+No new ops means no new derivative rules: matmul and einsum are a broadcast product reduced over
+the contracted axes, which the code generator fuses into one loop nest that never stores the
+product; stack and concatenate are in-place updates of a zero array, whose adjoints are free views.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .lower import FUNCS, _Fail, _args, normalize_axes
+
+
+def _reshape(lw, node, x, shape):
+    return lw._emit(node, "reshape", x, shape=tuple(shape))
+
+
+def matmul(lw, node, a, b):
+    """numpy's matmul (and dot of two vectors): vectors are promoted, batch axes broadcast."""
+    if a.rank == 0 or b.rank == 0:
+        raise _Fail(node, f"matmul: operands must have at least one axis, got shapes {a.shape} and {b.shape}")
+    a2 = _reshape(lw, node, a, (1,) + a.shape) if a.rank == 1 else a
+    b2 = _reshape(lw, node, b, b.shape + (1,)) if b.rank == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise _Fail(node, f"matmul: {a.shape} @ {b.shape}: inner dimensions {a2.shape[-1]} and {b2.shape[-2]} differ")
+    try:
+        batch = tuple(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]))
+    except ValueError:
+        raise _Fail(node, f"matmul: {a.shape} @ {b.shape}: batch dimensions do not broadcast") from None
+    ea = _reshape(lw, node, a2, a2.shape + (1,))                       # (..., m, k, 1)
+    eb = _reshape(lw, node, b2, b2.shape[:-2] + (1,) + b2.shape[-2:])  # (..., 1, k, n)
+    prod = lw._emit(node, "mul", ea, eb)
+    out = lw._emit(node, "reduce_sum", prod, axes=(prod.rank - 2,))     # (..., m, n)
+    shape = batch + ((a2.shape[-2],) if a.rank > 1 else ()) + ((b2.shape[-1],) if b.rank > 1 else ())
+    return _reshape(lw, node, out, shape)
+
+
+def _matmul_fn(lw, node, env):
+    a, b = _args(lw, node, env, 2)
+    return matmul(lw, node, a, b)
+
+
+def _einsum(lw, node, env):
+    if node.keywords or len(node.args) < 2:
+        raise _Fail(node, "einsum('ij,jk->ik', A, B): a subscripts string, then the operands")
+    spec = lw._static(node.args[0], env)
+    if not isinstance(spec, str) or "->" not in spec:
+        raise _Fail(node.args[0], "einsum: give explicit output subscripts, e.g. 'ij,jk->ik'")
+    ops = [lw._var(a, env) for a in node.args[1:]]
+    lhs, out = spec.replace(" ", "").split("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ops):
+        raise _Fail(node, f"einsum: {len(terms)} operand subscripts but {len(ops)} operands")
+    sizes = {}
+    for t, x in zip(terms, ops):
+        if not t.isalpha() and t:
+            raise _Fail(node.args[0], f"einsum: subscripts are letters, got '{t}'")
+        if len(t) != x.rank:
+            raise _Fail(node, f"einsum: subscripts '{t}' need an operand of rank {len(t)}, got shape {x.shape}")
+        if len(set(t)) != len(t):
+            raise _Fail(node.args[0], f"einsum: repeated subscript in '{t}' (diagonals) is not supported; "
+                                      f"use trace() or multiply by eye(n)")
+        for ch, d in zip(t, x.shape):
+            if sizes.setdefault(ch, d) != d:
+                raise _Fail(node, f"einsum: subscript '{ch}' has sizes {sizes[ch]} and {d}")
+    if len(set(out)) != len(out) or any(ch not in sizes for ch in out):
+        raise _Fail(node.args[0], f"einsum: output subscripts '{out}' must be distinct letters of the inputs")
+    letters = list(out) + [ch for ch in dict.fromkeys("".join(terms)) if ch not in out]
+    total = None
+    for t, x in zip(terms, ops):
+        present = [ch for ch in letters if ch in t]
+        x = lw._emit(node, "transpose", x, perm=tuple(t.index(ch) for ch in present))
+        x = _reshape(lw, node, x, [sizes[ch] if ch in t else 1 for ch in letters])
+        total = x if total is None else lw._emit(node, "mul", total, x)
+    full = tuple(sizes[ch] for ch in letters)
+    if total.shape != full:
+        total = lw._emit(node, "broadcast_to", total, shape=full)
+    return lw._emit(node, "reduce_sum", total, axes=tuple(range(len(out), len(letters))))
+
+
+def _outer(lw, node, env):
+    a, b = _args(lw, node, env, 2)
+    a = _reshape(lw, node, a, (a.size, 1))
+    b = _reshape(lw, node, b, (b.size,))
+    return lw._emit(node, "mul", a, b)
+
+
+def _trace(lw, node, env):
+    (a,) = _args(lw, node, env, 1)
+    if a.rank != 2:
+        raise _Fail(node, f"trace: expects a matrix, got shape {a.shape}")
+    mask = np.eye(*a.shape)
+    m = lw.b.emit("array", data=tuple(mask.ravel().tolist()), shape=a.shape)
+    return lw._emit(node, "reduce_sum", lw._emit(node, "mul", a, m), axes=(0, 1))
+
+
+def _transpose(lw, node, env):
+    if len(node.args) not in (1, 2) or node.keywords:
+        raise _Fail(node, "transpose(a) or transpose(a, axes)")
+    a = lw._var(node.args[0], env)
+    perm = tuple(reversed(range(a.rank)))
+    if len(node.args) == 2:
+        perm = lw._static(node.args[1], env)
+        if not isinstance(perm, tuple) or sorted(perm) != list(range(a.rank)):
+            raise _Fail(node.args[1], f"transpose: axes must be a permutation of 0..{a.rank - 1}")
+    return lw._emit(node, "transpose", a, perm=perm)
+
+
+def _reshape_fn(lw, node, env):
+    if len(node.args) != 2 or node.keywords:
+        raise _Fail(node, "reshape(a, shape)")
+    a = lw._var(node.args[0], env)
+    shape = lw._static(node.args[1], env)
+    shape = shape if isinstance(shape, tuple) else (shape,)
+    if shape.count(-1) == 1 and a.size % max(1, -math.prod(shape)) == 0:
+        shape = tuple(a.size // -math.prod(shape) if d == -1 else d for d in shape)
+    if not all(isinstance(d, int) and d >= 1 for d in shape):
+        raise _Fail(node.args[1], f"reshape: a shape is a list of positive integers (one may be -1), got {shape}")
+    return _reshape(lw, node, a, shape)
+
+
+def _parts(lw, node, env, name):
+    if len(node.args) != 1 or not hasattr(node.args[0], "elts"):
+        raise _Fail(node, f"{name}([a, b, ...], axis=k): the arrays go in a list")
+    axis = 0
+    for kw in node.keywords:
+        if kw.arg != "axis":
+            raise _Fail(kw, f"{name}(): unknown keyword '{kw.arg}'")
+        axis = lw._static(kw.value, env)
+    return [lw._var(e, env) for e in node.args[0].elts], axis
+
+
+def concatenate(lw, node, parts, axis):
+    first = parts[0]
+    if first.rank == 0:
+        raise _Fail(node, "concatenate: zero-dimensional arrays cannot be concatenated (use stack)")
+    (axis,) = normalize_axes(node, axis, first.rank)
+    for p in parts[1:]:
+        if p.rank != first.rank or any(d != e for i, (d, e) in enumerate(zip(p.shape, first.shape)) if i != axis):
+            raise _Fail(node, f"concatenate: shapes {first.shape} and {p.shape} differ outside axis {axis}")
+    n = sum(p.shape[axis] for p in parts)
+    shape = first.shape[:axis] + (n,) + first.shape[axis + 1:]
+    out, off = lw.b.const(0.0, shape), 0
+    for p in parts:
+        index = tuple((off, off + p.shape[axis], 1) if i == axis else (0, d, 1) for i, d in enumerate(shape))
+        out = lw._emit(node, "index_add", out, p, index=index)
+        off += p.shape[axis]
+    return out
+
+
+def _concatenate(lw, node, env):
+    parts, axis = _parts(lw, node, env, "concatenate")
+    return concatenate(lw, node, parts, axis)
+
+
+def stack(lw, node, parts, axis=0):
+    first = parts[0]
+    for p in parts[1:]:
+        if p.shape != first.shape:
+            raise _Fail(node, f"stack: all arrays need the same shape, got {first.shape} and {p.shape}")
+    (axis,) = normalize_axes(node, axis, first.rank + 1)
+    shape = first.shape[:axis] + (1,) + first.shape[axis:]
+    return concatenate(lw, node, [_reshape(lw, node, p, shape) for p in parts], axis)
+
+
+def _stack(lw, node, env):
+    parts, axis = _parts(lw, node, env, "stack")
+    return stack(lw, node, parts, axis)
+
+
+def _square_matrix(lw, node, env, name):
+    (a,) = _args(lw, node, env, 1)
+    if a.rank != 2 or a.shape[0] != a.shape[1]:
+        raise _Fail(node, f"{name}: expects a square matrix, got shape {a.shape}")
+    if a.shape[0] > 4:
+        raise _Fail(node, f"{name}: matrices larger than 4x4 are not supported yet, got {a.shape}")
+    n = a.shape[0]
+    entries = [[lw._emit(node, "getitem", a, index=(i, j)) for j in range(n)] for i in range(n)]
+    return a, entries
+
+
+def _det_entries(lw, node, m):
+    """Cofactor expansion, unrolled: closed forms for the 2x2 and 3x3 matrices of mechanics."""
+    n = len(m)
+    if n == 1:
+        return m[0][0]
+    if n == 2:
+        return lw._emit(node, "sub", lw._emit(node, "mul", m[0][0], m[1][1]), lw._emit(node, "mul", m[0][1], m[1][0]))
+    total = None
+    for j in range(n):
+        minor = [row[:j] + row[j + 1:] for row in m[1:]]
+        term = lw._emit(node, "mul", m[0][j], _det_entries(lw, node, minor))
+        total = term if total is None else lw._emit(node, "add" if j % 2 == 0 else "sub", total, term)
+    return total
+
+
+def _det(lw, node, env):
+    _, m = _square_matrix(lw, node, env, "det")
+    return _det_entries(lw, node, m)
+
+
+def _inv(lw, node, env):
+    a, m = _square_matrix(lw, node, env, "inv")
+    n = len(m)
+    det = _det_entries(lw, node, m)
+    rows = []
+    for i in range(n):          # inv[i][j] = cofactor(j, i) / det
+        row = []
+        for j in range(n):
+            minor = [r[:i] + r[i + 1:] for k, r in enumerate(m) if k != j]
+            c = _det_entries(lw, node, minor) if n > 1 else lw.b.const(1.0)
+            if (i + j) % 2:
+                c = lw._emit(node, "neg", c)
+            row.append(lw._emit(node, "div", c, det))
+        rows.append(stack(lw, node, row))
+    return stack(lw, node, rows)
+
+
+def _keepdims(lw, node, r, x, axes):
+    return _reshape(lw, node, r, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+
+
+def _axis_arg(lw, node, env, default):
+    if len(node.args) != 1:
+        raise _Fail(node, f"{node.func.id}(x, axis=k)")
+    x = lw._var(node.args[0], env)
+    axis = default
+    for kw in node.keywords:
+        if kw.arg != "axis":
+            raise _Fail(kw, f"{node.func.id}(): unknown keyword '{kw.arg}'")
+        axis = lw._static(kw.value, env)
+    if x.rank == 0:
+        raise _Fail(node, f"{node.func.id}: expects an array, got a scalar")
+    axes = tuple(range(x.rank)) if axis is None else normalize_axes(node, axis, x.rank)
+    return x, axes
+
+
+def _shifted_exp(lw, node, x, axes):
+    """exp(x - max(x)) over axes: the stable form (the max cancels in value and derivative)."""
+    mx = lw._emit(node, "reduce_max", x, axes=axes)
+    z = lw._emit(node, "exp", lw._emit(node, "sub", x, _keepdims(lw, node, mx, x, axes)))
+    return mx, z
+
+
+def _softmax(lw, node, env):
+    x, axes = _axis_arg(lw, node, env, -1)
+    _, z = _shifted_exp(lw, node, x, axes)
+    s = lw._emit(node, "reduce_sum", z, axes=axes)
+    return lw._emit(node, "div", z, _keepdims(lw, node, s, x, axes))
+
+
+def _logsumexp(lw, node, env):
+    x, axes = _axis_arg(lw, node, env, None)
+    mx, z = _shifted_exp(lw, node, x, axes)
+    return lw._emit(node, "add", mx, lw._emit(node, "log", lw._emit(node, "reduce_sum", z, axes=axes)))
+
+
+FUNCS.update(matmul=_matmul_fn, einsum=_einsum, outer=_outer, trace=_trace, transpose=_transpose,
+             reshape=_reshape_fn, concatenate=_concatenate, stack=_stack, det=_det, inv=_inv,
+             softmax=_softmax, logsumexp=_logsumexp)
