@@ -13,7 +13,7 @@ from .ad.transform import jacobian_forward, jacobian_reverse
 from .codegen.emit import Emitter
 from .codegen.load import load, module_source
 from .errors import SpecError
-from .ir.core import Builder, Graph
+from .ir.core import Builder, Graph, Var
 from .ir.printer import format_graph
 from .model import LoadedModel, build
 from .opt.dce import dce
@@ -32,12 +32,12 @@ class Derivative:
     wrt: tuple
     mode: str                   # forward | reverse | manual (second order: the inner mode, then forward)
     choice: select.Choice | None
+    kind: str = ""              # "" per point, "sum" summed over points, "jvp" or "vjp" a product
 
     @property
     def name(self):
-        if len(self.wrt) == 1:
-            return f"d{self.of}_d{self.wrt[0]}"
-        return f"d2{self.of}_d{self.wrt[0]}_d{self.wrt[1]}"
+        base = f"d{self.of}_d{self.wrt[0]}" if len(self.wrt) == 1 else f"d2{self.of}_d{self.wrt[0]}_d{self.wrt[1]}"
+        return base + (f"_{self.kind}" if self.kind else "")
 
 
 @dataclass
@@ -48,7 +48,8 @@ class CompiledKernel:
     source: str
     module: object
     workspace_size: int
-    output_shapes: dict = field(default_factory=dict)
+    output_shapes: dict = field(default_factory=dict)   # per point
+    reduced: frozenset = frozenset()                      # results summed over all points
 
     @property
     def point_kernel(self):
@@ -82,6 +83,11 @@ class CompiledKernel:
         results, targets, copies = {}, [], []
         for name, shape in self.output_shapes.items():
             full, size = (m,) + shape, max(1, int(np.prod(shape)))
+            if name in self.reduced:    # per-point rows in a scratch array, summed below
+                targets.append(np.empty((m, size)))
+                results[name] = out.get(name, np.empty(shape))
+                copies.append((results[name], targets[-1], True))
+                continue
             dst = out.get(name)
             if dst is None:
                 dst = np.empty(full)
@@ -92,14 +98,15 @@ class CompiledKernel:
                 targets.append(dst.reshape(m, size))
             else:                       # compute in float64, then cast/copy into the caller's array
                 targets.append(np.empty((m, size)))
-                copies.append((dst, targets[-1]))
+                copies.append((dst, targets[-1], False))
         if threads:
             numba.set_num_threads(threads)
         n_workers = max(1, min(numba.get_num_threads(), m or 1))
         ws = np.zeros((n_workers, max(1, self.workspace_size)))
         self.module.batch(*rows, *prms, *targets, ws)
-        for dst, t in copies:
-            dst[...] = t.reshape(dst.shape)
+        for dst, t, reduce in copies:
+            # a sum in point order, the same whatever the thread count
+            dst[...] = t.sum(axis=0).reshape(dst.shape) if reduce else t.reshape(dst.shape)
         return results
 
 
@@ -119,13 +126,18 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None) 
         outs[v] = base.outputs[v]
     derivs = []
     for req in derivatives:
-        of, wrt, item_mode = _unpack(req, mode)
+        of, wrt, item_mode, kind, extra = _unpack(req, mode)
+        loc = getattr(req, "loc", None)
         if of not in base.outputs:
             raise SpecError(f"'{of}' is not an output of model '{model.name}'")
         for w in wrt:
             if w not in names:
                 raise SpecError(f"'{w}' is not an input or param of model '{model.name}'")
-        d, var = _derive(b, model, of, wrt, item_mode, getattr(req, "loc", None))
+        seed = None
+        if extra is not None:           # direction / cotangent: one more per-point input
+            shape = (names[wrt[0]] if kind == "jvp" else base.outputs[of]).shape
+            seed = _product_input(b, model, extra, shape, loc)
+        d, var = _derive(b, model, of, wrt, item_mode, loc, kind, seed)
         derivs.append(d)
         outs[d.name] = var
     b.graph.outputs = outs
@@ -137,34 +149,60 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None) 
     source = module_source(model.name, em.globals, point_args, body, per_point)
     module = load(source)
     kernel = CompiledKernel(model, graph, derivs, source, module, em.work_size,
-                            {n: v.shape for n, v in outs.items()})
+                            {n: v.shape for n, v in outs.items()},
+                            frozenset(d.name for d in derivs if d.kind == "sum"))
     kernel.evaluate({n: np.empty((0,) + v.shape) for n, v in graph.inputs.items()})   # jit (or load) now
     return kernel
 
 
 def _unpack(req, default_mode):
+    """(of, wrt, mode, kind, extra input name) of a request: a DerivativeRequest or (of, wrt)."""
     if hasattr(req, "of"):
-        if req.reduce or req.direction or req.cotangent:
-            what = "reduce" if req.reduce else "direction" if req.direction else "cotangent"
-            raise SpecError(f"compute.derivatives: '{what}:' is not supported yet by this adgrad "
-                            f"(it arrives with the tensor-language release)", *_where(req))
-        return req.of, tuple(req.wrt), req.mode or default_mode
+        kind = "sum" if req.reduce else "jvp" if req.direction else "vjp" if req.cotangent else ""
+        if sum(bool(x) for x in (req.reduce, req.direction, req.cotangent)) > 1:
+            raise SpecError("compute.derivatives: reduce, direction and cotangent exclude each other",
+                            *_where(req))
+        if kind in ("jvp", "vjp") and len(req.wrt) != 1:
+            raise SpecError(f"compute.derivatives: a {kind} is of a first derivative (one wrt name)", *_where(req))
+        return req.of, tuple(req.wrt), req.mode or default_mode, kind, req.direction or req.cotangent
     of, wrt = req
     wrt = (wrt,) if isinstance(wrt, str) else tuple(wrt)
-    return of, wrt, default_mode
+    return of, wrt, default_mode, "", None
 
 
 def _where(req):
     return (req.loc.path, req.loc.line, req.loc.col) if req.loc else (None, None, None)
 
 
+def _product_input(b, model, name, shape, loc):
+    """The per-point input holding a jvp's direction or a vjp's cotangent."""
+    g = b.graph
+    if name in model.graph.inputs or name in model.graph.params:
+        raise SpecError(f"'{name}' names an input or param of model '{model.name}'; a direction or cotangent "
+                        f"is a separate dataset", *((loc.path, loc.line, loc.col) if loc else ()))
+    v = g.inputs.get(name)
+    if v is None:
+        v = g.inputs[name] = Var(shape)
+    elif v.shape != shape:
+        raise SpecError(f"'{name}' is used with shapes {v.shape} and {shape}",
+                        *((loc.path, loc.line, loc.col) if loc else ()))
+    return v
 
-def _derive(b, model, of, wrt, mode, loc=None):
+
+def _derive(b, model, of, wrt, mode, loc=None, kind="", seed=None):
     g = b.graph
     env = {**g.inputs, **g.params}
     of_var = model.graph.outputs[of]
     first = env[wrt[0]]
     name1 = f"d{of}_d{wrt[0]}"
+    if kind == "jvp":                   # products never build the Jacobian: one sweep, seeded
+        var = jacobian_forward(b, model.custom, first, of_var, seed=seed)
+        var = var if var is not None else b.const(0.0, of_var.shape)
+        return Derivative(of, tuple(wrt), "forward", select.Choice("forward", 0, 0, "a jvp is forward mode"), kind), var
+    if kind == "vjp":
+        var = jacobian_reverse(b, model.custom, first, of_var, seed=seed)
+        var = var if var is not None else b.const(0.0, first.shape)
+        return Derivative(of, tuple(wrt), "reverse", select.Choice("reverse", 0, 0, "a vjp is reverse mode"), kind), var
     choice = select.choose(g, model.custom, of_var, first, mode, name1 in model.manual)
     if choice.mode == "manual":
         if name1 not in model.manual:
@@ -184,7 +222,7 @@ def _derive(b, model, of, wrt, mode, loc=None):
         var = var2 if var2 is not None else b.const(0.0, var.shape + second.shape)
         choice = select.Choice(choice.mode, choice.forward_cost, choice.reverse_cost,
                                f"{choice.mode} for the first derivative, then forward over it")
-    return Derivative(of, tuple(wrt), choice.mode, choice), var
+    return Derivative(of, tuple(wrt), choice.mode, choice, kind), var
 
 
 def explain_graph(kernel: CompiledKernel) -> str:

@@ -52,13 +52,14 @@ def _seed(b, v):
     return b.emit("eye", shape=v.shape)
 
 
-def jacobian_forward(b: Builder, custom: dict, wrt: Var, of: Var) -> Var | None:
-    """d of / d wrt by forward vector mode, shape of.shape + wrt.shape (None if identically zero)."""
+def jacobian_forward(b: Builder, custom: dict, wrt: Var, of: Var, seed: Var | None = None) -> Var | None:
+    """d of / d wrt by forward vector mode, shape of.shape + wrt.shape (None if identically zero).
+    With `seed` (a direction shaped like wrt): the Jacobian-vector product, shape of.shape."""
     g = b.graph
-    bs = wrt.shape
+    bs = wrt.shape if seed is None else ()
     if of is wrt:
-        return _seed(b, of)
-    tangents = {wrt: _seed(b, wrt)}
+        return _seed(b, of) if seed is None else seed
+    tangents = {wrt: _seed(b, wrt) if seed is None else seed}
     live = _depends(g, [wrt])
     if of not in live:
         return None
@@ -84,17 +85,18 @@ def jacobian_forward(b: Builder, custom: dict, wrt: Var, of: Var) -> Var | None:
         return b.emit("transpose", t, perm=tuple(range(nw, nw + no)) + tuple(range(nw)))
 
 
-def jacobian_reverse(b: Builder, custom: dict, wrt: Var, of: Var) -> Var | None:
+def jacobian_reverse(b: Builder, custom: dict, wrt: Var, of: Var, seed: Var | None = None) -> Var | None:
     """d of / d wrt by reverse mode (cotangents for every output element at once), shape
-    of.shape + wrt.shape (None if identically zero)."""
+    of.shape + wrt.shape (None if identically zero). With `seed` (a cotangent shaped like of):
+    the vector-Jacobian product, shape wrt.shape."""
     g = b.graph
-    bs = of.shape
+    bs = of.shape if seed is None else ()
     if of is wrt:
-        return _seed(b, of)
+        return _seed(b, of) if seed is None else seed
     live = _depends(g, [wrt])
     if of not in live:
         return None
-    pending = {of: [_seed(b, of)]}     # var -> list of Var / IndexContribution
+    pending = {of: [_seed(b, of) if seed is None else seed]}     # var -> list of Var / IndexContribution
     masks = {}                         # var -> the mask of each pending contribution (see rules.py)
     with b.active():
         eqns = list(g.eqns)

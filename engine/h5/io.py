@@ -56,7 +56,7 @@ class OutputWriter:
     """Creates every result dataset (M, *shape) chunked along the point axis; writes row blocks."""
 
     def __init__(self, path, shapes: dict, points: int, dtype="float64", compression="none",
-                 chunk_rows=65536, attrs=None):
+                 chunk_rows=65536, attrs=None, reduced=frozenset()):
         self.path = path
         try:
             self.file = h5py.File(path, "w")
@@ -68,7 +68,12 @@ class OutputWriter:
         self.file.attrs["chunks_done"] = 0
         comp = None if compression == "none" else compression
         self.ds = {}
+        self.sums = {}
+        for name in reduced:                         # summed over points: no point axis, written last
+            self.sums[name] = self.file.create_dataset(name, shape=tuple(shapes[name]), dtype=dtype)
         for name, shape in shapes.items():
+            if name in reduced:
+                continue
             row = int(np.prod(shape)) * np.dtype(dtype).itemsize
             rows = max(1, min(points or 1, chunk_rows, (1 << 20) // max(row, 1)))
             self.ds[name] = self.file.create_dataset(name, shape=(points,) + tuple(shape), dtype=dtype,
@@ -82,7 +87,9 @@ class OutputWriter:
         self.file.attrs["chunks_done"] = n
         self.file.flush()
 
-    def finish(self, attrs):
+    def finish(self, attrs, sums=None):
+        for name, value in (sums or {}).items():
+            self.sums[name][...] = value
         for k, v in attrs.items():
             self.file.attrs[k] = v
         self.file.attrs["complete"] = True       # last: nothing half-written is ever marked done

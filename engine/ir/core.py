@@ -161,6 +161,9 @@ class Builder:
                 return args[0]
             if op == "reshape" and args[0].shape == tuple(attrs["shape"]):
                 return args[0]
+            inner = self._prod.get(args[0]) if args else None
+            if op == "reshape" and inner is not None and inner.op == "reshape":
+                return self.emit("reshape", inner.args[0], **attrs)
             if op == "transpose" and tuple(attrs["perm"]) == tuple(range(args[0].rank)):
                 return args[0]
             if op.startswith("reduce_") and not attrs["axes"]:

@@ -21,6 +21,12 @@ def matmul(lw, node, a, b):
     """numpy's matmul (and dot of two vectors): vectors are promoted, batch axes broadcast."""
     if a.rank == 0 or b.rank == 0:
         raise _Fail(node, f"matmul: operands must have at least one axis, got shapes {a.shape} and {b.shape}")
+    if a.rank == 1 and b.rank == 1:
+        if a.shape != b.shape:
+            raise _Fail(node, f"matmul: {a.shape} @ {b.shape}: inner dimensions {a.shape[0]} and {b.shape[0]} differ")
+        return lw._emit(node, "reduce_sum", lw._emit(node, "mul", a, b), axes=(0,))
+    if b.rank == 1 and a.shape[-1] == b.shape[0]:      # (..., m, k) @ (k,): b broadcasts along the rows
+        return lw._emit(node, "reduce_sum", lw._emit(node, "mul", a, b), axes=(a.rank - 1,))
     a2 = _reshape(lw, node, a, (1,) + a.shape) if a.rank == 1 else a
     b2 = _reshape(lw, node, b, b.shape + (1,)) if b.rank == 1 else b
     if a2.shape[-1] != b2.shape[-2]:

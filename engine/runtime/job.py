@@ -63,7 +63,8 @@ def run(config: Config, output=None, threads=None, chunk=None, overwrite=False, 
         raise DataError(f"{out_path}: output file exists; pass --overwrite to replace it")
     model, kernel, t_compile = prepare(config)
     shapes = {n: v.shape for n, v in kernel.graph.inputs.items()}
-    reader = InputReader(config.input_path, {n: config.datasets[n] for n in shapes}, shapes)
+    # model inputs map through input.datasets; a jvp direction or vjp cotangent names its dataset itself
+    reader = InputReader(config.input_path, {n: config.datasets.get(n, n) for n in shapes}, shapes)
     threads = threads or config.threads or numba.config.NUMBA_NUM_THREADS
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     chunk = chunk or config.chunk
@@ -78,12 +79,15 @@ def run(config: Config, output=None, threads=None, chunk=None, overwrite=False, 
     timings = {"compile": t_compile, "read": 0.0, "compute": 0.0, "write": 0.0}
     nan_points = 0
     try:
-        writer = OutputWriter(out_path, kernel.output_shapes, m, config.dtype, config.compression, chunk, attrs)
+        writer = OutputWriter(out_path, kernel.output_shapes, m, config.dtype, config.compression, chunk, attrs,
+                              reduced=kernel.reduced)
     except Exception:
         reader.close()
         raise
     try:
-        buffers = {n: np.empty((min(chunk, max(m, 1)),) + s) for n, s in kernel.output_shapes.items()}
+        buffers = {n: np.empty((min(chunk, max(m, 1)),) + s) for n, s in kernel.output_shapes.items()
+                   if n not in kernel.reduced}
+        sums = {n: np.zeros(kernel.output_shapes[n]) for n in kernel.reduced}
         for k, start in enumerate(range(0, m, chunk)):
             stop = min(m, start + chunk)
             t = time.perf_counter()
@@ -91,7 +95,10 @@ def run(config: Config, output=None, threads=None, chunk=None, overwrite=False, 
             timings["read"] += time.perf_counter() - t
             t = time.perf_counter()
             outs = {n: b[: stop - start] for n, b in buffers.items()}
+            outs.update({n: np.empty(s.shape) for n, s in sums.items()})
             kernel.evaluate(inputs, out=outs)
+            for n, s in sums.items():     # chunk sums added in chunk order: deterministic
+                s += outs.pop(n)
             bad = _nonfinite_rows(inputs, outs)
             timings["compute"] += time.perf_counter() - t
             if bad.any():
@@ -107,7 +114,7 @@ def run(config: Config, output=None, threads=None, chunk=None, overwrite=False, 
             timings["write"] += time.perf_counter() - t
             if progress:
                 progress(stop, m)
-        writer.finish({"finished": now()})
+        writer.finish({"finished": now()}, sums)
     finally:
         writer.close()
         reader.close()
@@ -118,7 +125,7 @@ def run(config: Config, output=None, threads=None, chunk=None, overwrite=False, 
 def _nonfinite_rows(inputs, outs):
     bad = None
     for arr in list(inputs.values()) + list(outs.values()):
-        rows = ~np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)
+        rows = ~np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1) if arr.size else np.zeros(arr.shape[0], bool)
         bad = rows if bad is None else bad | rows
     return bad
 
