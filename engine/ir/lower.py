@@ -324,8 +324,29 @@ def _reduction(kind):
         if kind == "mean":
             n = math.prod(x.shape[a] for a in axes)
             return lw._emit(node, "div", lw._emit(node, "reduce_sum", x, axes=axes), n)
+        if kind == "prod" and math.prod(x.shape[a] for a in axes) <= SMALL_PROD:
+            return _unrolled_prod(lw, node, x, axes)
         return lw._emit(node, "reduce_" + kind, x, axes=axes)
     return lower
+
+
+SMALL_PROD = 16     # products of at most this many factors are unrolled into multiplications
+
+
+def _unrolled_prod(lw, node, x, axes):
+    """prod over few elements as a chain of multiplications of views: derivatives of every order
+    follow from mul's rule, and the code is as fast as the reduction loop."""
+    kept = [a for a in range(x.rank) if a not in axes]
+    x = lw._emit(node, "transpose", x, perm=tuple(kept) + tuple(axes))
+    n = math.prod(x.shape[len(kept):])
+    x = lw._emit(node, "reshape", x, shape=x.shape[:len(kept)] + (n,))
+    full = tuple((0, d, 1) for d in x.shape[:-1])
+    out = None
+    for k in range(n):
+        part = lw._emit(node, "getitem", x, index=full + (k,)) if x.shape[-1] > 1 else \
+            lw._emit(node, "reshape", x, shape=x.shape[:-1])
+        out = part if out is None else lw._emit(node, "mul", out, part)
+    return out
 
 
 for _n in ("sum", "prod", "max", "min", "mean"):
