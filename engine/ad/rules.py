@@ -114,6 +114,31 @@ def from_partials(partials):
     return Rule(jvp, vjp, _same_shape_masks)
 
 
+def from_jacobians(jacobians):
+    """Rules from Jacobian blocks: jacobians(out, *args) -> per arg J_k of shape out.shape + arg.shape
+    (or None), contracted with tangents over the argument's axes, with cotangents over the output's."""
+    def jvp(e, ts, bs):
+        total = None
+        for t, a, J in zip(ts, e.args, jacobians(e.out, *e.args)):
+            if t is None or J is None:
+                continue
+            t = emit("reshape", t, shape=tuple(bs) + (1,) * e.out.rank + a.shape)
+            term = emit("reduce_sum", t * J, axes=tuple(range(len(bs) + e.out.rank, len(bs) + e.out.rank + a.rank)))
+            total = term if total is None else total + term
+        return total
+
+    def vjp(e, ct, bs):
+        out = []
+        for a, J in zip(e.args, jacobians(e.out, *e.args)):
+            if J is None:
+                out.append(None)
+                continue
+            c = emit("reshape", ct, shape=tuple(bs) + e.out.shape + (1,) * a.rank)
+            out.append(emit("reduce_sum", c * J, axes=tuple(range(len(bs), len(bs) + e.out.rank))))
+        return out
+    return Rule(jvp, vjp)
+
+
 def linear(apply, transpose):
     """Rules of an op linear in its single argument: jvp applies it, vjp applies its transpose."""
     def jvp(e, ts, bs):

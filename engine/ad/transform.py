@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from ..errors import SpecError
 from ..ir.core import Builder, Var
-from .rules import RULES, IndexContribution, batched_index, from_partials
+from .rules import RULES, IndexContribution, batched_index, from_jacobians, from_partials
 
 
 def _custom_rule_as_eqn_rule(rule, b):
-    """A user function's hand-written partials as an elementwise rule over its arguments."""
+    """A user function's hand-written partials as a rule over its arguments: elementwise partials
+    for mapped functions, Jacobian blocks (out.shape + arg.shape) for tensor arguments."""
     partials = tuple(rule.partial(b, k) for k in range(len(rule.args)))
-    return from_partials(lambda out, *args: partials)
+    return (from_partials if rule.mapped else from_jacobians)(lambda out, *args: partials)
 
 
 def rule_for(op):

@@ -26,6 +26,7 @@ class CustomRule:
     args: tuple
     partial: Callable
     free: tuple = ()            # other Vars the body reads (params): the rule says nothing about them
+    mapped: bool = True         # scalar arguments mapped elementwise (else partials are Jacobian blocks)
 
 
 class _Fail(Exception):
@@ -253,13 +254,21 @@ class Lowerer:
             if out.shape != want:
                 out = self._emit(node, "broadcast_to", out, shape=want)
         if fn.derivative is not None and out not in args:
-            def partial(b, k, fn=fn, args=tuple(args)):
+            def partial(b, k, fn=fn, args=tuple(args), out_shape=out.shape):
                 saved, self.b = self.b, b
                 try:
-                    return self.lower(fn.derivative[k], {**self._outer_env, **dict(zip(fn.args, args))})
+                    p = self.lower(fn.derivative[k], {**self._outer_env, **dict(zip(fn.args, args))})
                 finally:
                     self.b = saved
-            self.custom[out] = CustomRule(fn.name, tuple(args), partial, self._free_vars(out, args))
+                # mapped functions: one partial per element; tensor arguments: the Jacobian block
+                want = out_shape if mapped else out_shape + args[k].shape
+                if mapped and ops.broadcast_shapes(fn.name, [p.shape, want]) != want or \
+                        not mapped and p.shape != want:
+                    raise fn.derivative[k].error(
+                        f"the derivative of '{fn.name}' with respect to '{fn.args[k]}' must have shape {want}, "
+                        f"got {p.shape}", col=0, length=len(fn.derivative[k].text))
+                return p
+            self.custom[out] = CustomRule(fn.name, tuple(args), partial, self._free_vars(out, args), mapped)
         return out
 
 
