@@ -39,11 +39,15 @@ def sample_points(model, k, seed=0):
 
 
 def _compare(name, a_name, a, b_name, b, tol):
-    diff = np.abs(a - b)
-    scale = max(np.max(np.abs(b)) if b.size else 0.0, 1e-300)
-    max_abs = float(np.nanmax(diff)) if diff.size else 0.0
-    rel = max_abs / scale if np.isfinite(scale) else np.inf
-    ok = bool(np.all(np.isfinite(a) == np.isfinite(b))) and (max_abs <= tol * max(scale, 1e-8))
+    """Agreement where both are finite, relative to b's largest finite magnitude; and the same
+    places non-finite in both (a NaN where the other is a number is a mismatch)."""
+    both = np.isfinite(a) & np.isfinite(b)
+    same_pattern = bool(np.array_equal(np.isfinite(a), np.isfinite(b)))
+    diff = np.abs(a - b)[both]
+    scale = float(np.max(np.abs(b[both]))) if diff.size else 0.0
+    max_abs = float(np.max(diff)) if diff.size else 0.0
+    rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else np.inf)
+    ok = same_pattern and max_abs <= tol * max(scale, 1e-8)
     return Row(name, a_name, b_name, max_abs, rel, ok)
 
 
