@@ -308,6 +308,11 @@ class Emitter:
             strides = [0] * lead + [0 if d == 1 else s for d, s in zip(x.shape, src.strides)]
             return Buf(src.array, src.offset, tuple(shape), tuple(strides))
         if e.op == "reshape":
+            kept = [s for d, s in zip(x.shape, src.strides) if d != 1]
+            if [d for d in x.shape if d != 1] == [d for d in e.out.shape if d != 1]:
+                # only unit axes come or go: still a view of the same (maybe strided) storage
+                it = iter(kept)
+                return Buf(src.array, src.offset, e.out.shape, tuple(0 if d == 1 else next(it) for d in e.out.shape))
             if not src.contiguous:            # a reshape of a strided view reads a contiguous copy
                 src = self._copy(e.out, x.shape, src, i)
             return Buf(src.array, src.offset, e.out.shape, cstrides(e.out.shape))
