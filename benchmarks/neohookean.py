@@ -1,0 +1,318 @@
+"""Neo-Hookean benchmark: adgrad stress and tangent against hand-written closed-form numba kernels.
+
+Model (compressible neo-Hookean, mu = 1, lam = 2), per point F in R^{3x3}, J = det F:
+    W(F)   = mu/2 (tr(F^T F) - 3) - mu ln J + lam/2 (ln J)^2
+    P_iJ   = dW/dF_iJ  = mu F_iJ + (lam ln J - mu) G_iJ,            G = F^-T  (G_iJ = Finv_Ji)
+    A_iJkL = dP_iJ/dF_kL = mu d_ik d_JL + (mu - lam ln J) G_iL G_kJ + lam G_iJ G_kL
+(using dG_iJ/dF_kL = -G_iL G_kJ and d ln J/dF_kL = G_kL.)
+
+It times, in one process and with the same numba thread count:
+  hand stress          closed-form W and P (cofactors, one log, one division), the reference
+  hand stress+tangent  closed-form W, P and A, the reference for the tangent
+  adgrad stress        compile_model(derivatives=[("W", "F")], mode="auto")
+  adgrad stress+tangent compile_model(derivatives=[("W", "F"), ("W", ["F", "F"])], mode="auto")
+Each is the median of --repeats calls (default 5) after one warm-up call, into preallocated outputs,
+on F = I + 0.05 * default_rng(0).standard_normal((M, 3, 3)); timed calls are interleaved round-robin
+across kernels. Before timing, the hand tangent is checked against central differences of the hand
+stress, and the hand kernels against adgrad (1e-10 relative). Compile times (compile_model plus
+first call) are measured in fresh subprocesses, cold (empty ADGRAD_CACHE_DIR) and cached.
+
+    python benchmarks/neohookean.py              # M = 1,000,000 points
+    python benchmarks/neohookean.py --quick      # M = 50,000
+    python benchmarks/neohookean.py --threads 1 --points 200000
+The issue's target: adgrad stress+tangent within 2x of the hand-written kernel.
+"""
+import argparse
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
+KERNEL_OPTS = dict(parallel=True, nogil=True, fastmath=FASTMATH, cache=False)
+MU, LAM = 1.0, 2.0
+TARGET = 2.0
+BLOCK = 512   # points per prange iteration in the hand kernels (scratch allocated once per block)
+
+MODEL_YAML = """\
+adgrad: 1
+name: neohookean
+description: Compressible neo-Hookean strain energy W(F) (benchmarks/neohookean.py).
+inputs:
+  F: {shape: [3, 3]}
+params:
+  mu: %r
+  lam: %r
+let:
+  J: det(F)
+  lnJ: log(J)
+outputs:
+  W: 0.5*mu*(trace(F.T @ F) - 3) - mu*lnJ + 0.5*lam*lnJ**2
+""" % (MU, LAM)
+
+REQUESTS = {
+    "adgrad stress": [("W", "F")],
+    "adgrad stress+tangent": [("W", "F"), ("W", ["F", "F"])],
+}
+REF = {"stress": "hand stress", "stress+tangent": "hand stress+tangent"}
+
+
+# ---------------------------------------------------------------- hand-written kernels
+
+@njit(inline="always", fastmath=FASTMATH)
+def _energy_and_G(F, i, G):
+    """Fill G = F^-T (3x3 scratch) for point i; return (W, ln J)."""
+    a, b, c = F[i, 0, 0], F[i, 0, 1], F[i, 0, 2]
+    d, e, f = F[i, 1, 0], F[i, 1, 1], F[i, 1, 2]
+    g, h, k = F[i, 2, 0], F[i, 2, 1], F[i, 2, 2]
+    c00 = e * k - f * h
+    c01 = f * g - d * k
+    c02 = d * h - e * g
+    J = a * c00 + b * c01 + c * c02
+    r = 1.0 / J
+    G[0, 0] = c00 * r
+    G[0, 1] = c01 * r
+    G[0, 2] = c02 * r
+    G[1, 0] = (c * h - b * k) * r
+    G[1, 1] = (a * k - c * g) * r
+    G[1, 2] = (b * g - a * h) * r
+    G[2, 0] = (b * f - c * e) * r
+    G[2, 1] = (c * d - a * f) * r
+    G[2, 2] = (a * e - b * d) * r
+    lnJ = np.log(J)
+    tr = a * a + b * b + c * c + d * d + e * e + f * f + g * g + h * h + k * k
+    return 0.5 * MU * (tr - 3.0) - MU * lnJ + 0.5 * LAM * lnJ * lnJ, lnJ
+
+
+@njit(**KERNEL_OPTS)
+def hand_stress(F, W, P):
+    """W[i] and P[i] = mu F + (lam ln J - mu) F^-T."""
+    M = F.shape[0]
+    for b in prange((M + BLOCK - 1) // BLOCK):
+        G = np.empty((3, 3))                      # scratch, one per block of points
+        for i in range(b * BLOCK, min(M, (b + 1) * BLOCK)):
+            w, lnJ = _energy_and_G(F, i, G)
+            W[i] = w
+            s = LAM * lnJ - MU
+            for p in range(3):
+                for q in range(3):
+                    P[i, p, q] = MU * F[i, p, q] + s * G[p, q]
+
+
+@njit(**KERNEL_OPTS)
+def hand_stress_tangent(F, W, P, A):
+    """W, P and A_iJkL = mu d_ik d_JL + (mu - lam ln J) G_iL G_kJ + lam G_iJ G_kL, G = F^-T."""
+    M = F.shape[0]
+    for b in prange((M + BLOCK - 1) // BLOCK):
+        G = np.empty((3, 3))                      # scratch, one per block of points
+        for i in range(b * BLOCK, min(M, (b + 1) * BLOCK)):
+            w, lnJ = _energy_and_G(F, i, G)
+            W[i] = w
+            s = LAM * lnJ - MU
+            for p in range(3):
+                for q in range(3):
+                    P[i, p, q] = MU * F[i, p, q] + s * G[p, q]
+            for p in range(3):
+                for q in range(3):
+                    lg = LAM * G[p, q]
+                    for r in range(3):
+                        for t in range(3):
+                            A[i, p, q, r, t] = lg * G[r, t] - s * G[p, t] * G[r, q]
+                    A[i, p, q, p, q] += MU
+
+
+def hand_runners(M):
+    """name -> (callable of F, outputs dict named like adgrad's)."""
+    W1, P1 = np.empty(M), np.empty((M, 3, 3))
+    W2, P2, A2 = np.empty(M), np.empty((M, 3, 3)), np.empty((M, 3, 3, 3, 3))
+    return {
+        "hand stress": (lambda F: hand_stress(F, W1, P1), {"W": W1, "dW_dF": P1}),
+        "hand stress+tangent": (lambda F: hand_stress_tangent(F, W2, P2, A2),
+                                {"W": W2, "dW_dF": P2, "d2W_dF_dF": A2}),
+    }
+
+
+# ---------------------------------------------------------------- adgrad kernels
+
+def write_model(directory):
+    path = Path(directory) / "neohookean.yaml"
+    path.write_text(MODEL_YAML)
+    return path
+
+
+def adgrad_runners(M, model_path):
+    """name -> (callable, outputs) and name -> compile_model seconds (in this process)."""
+    from adgrad.engine import compile_model, load_model
+    model = load_model(str(model_path))
+    runners, compile_s, kernels = {}, {}, {}
+    for name, derivs in REQUESTS.items():
+        t0 = time.perf_counter()
+        kernel = compile_model(model, derivatives=derivs, mode="auto", values=["W"])
+        compile_s[name] = time.perf_counter() - t0
+        out = {"W": np.empty(M), "dW_dF": np.empty((M, 3, 3))}
+        if len(derivs) > 1:
+            out["d2W_dF_dF"] = np.empty((M, 3, 3, 3, 3))
+        runners[name] = (lambda F, k=kernel, o=out: k.evaluate({"F": F}, out=o), out)
+        kernels[name] = kernel
+    return runners, compile_s, kernels
+
+
+COMPILE_SNIPPET = """
+import sys, time, numpy as np
+t0 = time.perf_counter()
+from adgrad.engine import load_model, compile_model
+t1 = time.perf_counter()
+k = compile_model(load_model(sys.argv[1]), derivatives=eval(sys.argv[2]), mode="auto", values=["W"])
+t2 = time.perf_counter()
+k.evaluate({"F": np.eye(3)[None].repeat(4, 0)})
+t3 = time.perf_counter()
+print(t2 - t1, t3 - t2)
+"""
+
+
+def compile_times(model_path):
+    """name -> ((compile_model s, first call s) cold, same cached), each in a fresh subprocess."""
+    res = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, ADGRAD_CACHE_DIR=cache)
+        for name, derivs in REQUESTS.items():
+            runs = []
+            for _ in range(2):
+                p = subprocess.run([sys.executable, "-c", COMPILE_SNIPPET, str(model_path), repr(derivs)],
+                                   env=env, capture_output=True, text=True, check=True)
+                runs.append(tuple(float(x) for x in p.stdout.split()))
+            res[name] = runs
+    return res
+
+
+# ---------------------------------------------------------------- timing and checks
+
+def time_calls(runners, X, repeats):
+    """Warm up each kernel once, then `repeats` interleaved rounds.
+    Returns name -> (warm-up s, median s, (max - min) / median)."""
+    warm, times = {}, {name: [] for name in runners}
+    for name, (fn, _) in runners.items():
+        t0 = time.perf_counter()
+        fn(X)
+        warm[name] = time.perf_counter() - t0
+    for _ in range(repeats):
+        for name, (fn, _) in runners.items():
+            t0 = time.perf_counter()
+            fn(X)
+            times[name].append(time.perf_counter() - t0)
+    return {name: (warm[name], statistics.median(ts), (max(ts) - min(ts)) / statistics.median(ts))
+            for name, ts in times.items()}
+
+
+def max_rel_err(a, b, rows=20_000):
+    """max |a - b| / max(|b|, 1) elementwise, in row blocks (entries of A are O(1); many are ~0)."""
+    worst = 0.0
+    for s in range(0, len(b), rows):
+        bb = b[s:s + rows]
+        err = np.abs(a[s:s + rows] - bb) / np.maximum(np.abs(bb), 1.0)
+        worst = max(worst, float(err.max()))
+    return worst
+
+
+def check_tangent_fd(F, rows=500, h=1e-6, tol=1e-7):
+    """Hand tangent vs central differences of the hand stress, and W vs numpy."""
+    F = np.ascontiguousarray(F[:rows])
+    n = len(F)
+    W, P, A = np.empty(n), np.empty((n, 3, 3)), np.empty((n, 3, 3, 3, 3))
+    hand_stress_tangent(F, W, P, A)
+    J = np.linalg.det(F)
+    W_np = 0.5 * MU * (np.einsum("nij,nij->n", F, F) - 3) - MU * np.log(J) + 0.5 * LAM * np.log(J) ** 2
+    P_np = MU * F + (LAM * np.log(J) - MU)[:, None, None] * np.linalg.inv(F).transpose(0, 2, 1)
+    A_fd = np.empty_like(A)
+    Wp, Pp, Wm, Pm = np.empty(n), np.empty((n, 3, 3)), np.empty(n), np.empty((n, 3, 3))
+    for k in range(3):
+        for L in range(3):
+            Fp, Fm = F.copy(), F.copy()
+            Fp[:, k, L] += h
+            Fm[:, k, L] -= h
+            hand_stress(Fp, Wp, Pp)
+            hand_stress(Fm, Wm, Pm)
+            A_fd[:, :, :, k, L] = (Pp - Pm) / (2 * h)
+    errs = {"hand W vs numpy": (max_rel_err(W, W_np), 1e-12),
+            "hand P vs numpy": (max_rel_err(P, P_np), 1e-12),
+            "hand A vs central differences of hand P": (max_rel_err(A, A_fd), tol)}
+    for what, (err, t) in errs.items():
+        print(f"  check {what}: max rel err {err:.2e} (tol {t:.0e})")
+        if not err <= t:
+            sys.exit(f"{what}: {err:.2e} > {t:.0e}")
+
+
+def check_adgrad(outs, tol=1e-10):
+    pairs = [("adgrad stress", "hand stress", ["W", "dW_dF"]),
+             ("adgrad stress+tangent", "hand stress+tangent", ["W", "dW_dF", "d2W_dF_dF"])]
+    for ad, hand, keys in pairs:
+        for key in keys:
+            err = max_rel_err(outs[hand][key], outs[ad][key])
+            print(f"  check {hand} {key} vs {ad}: max rel err {err:.2e} (tol {tol:.0e})")
+            if not err <= tol:
+                sys.exit(f"{hand} {key} disagrees with adgrad: {err:.2e} > {tol:.0e}")
+
+
+# ---------------------------------------------------------------- driver
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--threads", type=int, default=numba.config.NUMBA_NUM_THREADS)
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per kernel (median)")
+    p.add_argument("--quick", action="store_true", help="M = 50,000")
+    p.add_argument("--points", type=int, help="M (default 1,000,000, or 50,000 with --quick)")
+    p.add_argument("--no-compile-times", action="store_true", help="skip the cold/cached subprocesses")
+    p.add_argument("--show-source", action="store_true", help="print the stress+tangent kernel source")
+    args = p.parse_args(argv)
+    M = args.points or (50_000 if args.quick else 1_000_000)
+    numba.set_num_threads(args.threads)
+    print("command: " + shlex.join([sys.executable] + sys.argv))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_path = write_model(tmp)
+        F = np.eye(3) + 0.05 * np.random.default_rng(0).standard_normal((M, 3, 3))
+        print(f"\nneo-Hookean, mu={MU}, lam={LAM}, M={M:,}")
+        check_tangent_fd(F)
+        runners = hand_runners(M)
+        ad, compile_s, kernels = adgrad_runners(M, model_path)
+        runners.update(ad)
+        timed = time_calls(runners, F, args.repeats)
+        for name, (warm, _, _) in timed.items():
+            extra = f", compile_model {compile_s[name]:.2f} s" if name in compile_s else ""
+            print(f"  {name}: first call (incl. numba compile) {warm:.3f} s{extra}")
+        check_adgrad({n: r[1] for n, r in runners.items()})
+        ctimes = None if args.no_compile_times else compile_times(model_path)
+        if args.show_source:
+            print(kernels["adgrad stress+tangent"].source)
+
+    print(f"\nnumba {numba.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
+          f"threading layer {numba.threading_layer()}, threads {numba.get_num_threads()}, "
+          f"SVML {numba.config.USING_SVML}, {platform.processor() or platform.machine()}")
+    print("\n| M | kernel | ns/point (median) | spread | / hand (same outputs) |")
+    print("|---:|---|---:|---:|---:|")
+    for name, (_, med, spread) in timed.items():
+        ref = REF[name.split(" ", 1)[1]]
+        print(f"| {M:,} | {name} | {med / M * 1e9:.1f} | {spread:.0%} | {med / timed[ref][1]:.2f} |")
+    print("spread = (max - min) / median of the timed calls")
+    ratio = timed["adgrad stress+tangent"][1] / timed["hand stress+tangent"][1]
+    print(f"target: adgrad stress+tangent / hand <= {TARGET:.1f}: {ratio:.2f} "
+          f"({'met' if ratio <= TARGET else 'MISSED'})")
+    if ctimes:
+        print("\n| kernel | compile_model cold (s) | first call cold (s) | compile_model cached (s) | first call cached (s) |")
+        print("|---|---:|---:|---:|---:|")
+        for name, ((c0, f0), (c1, f1)) in ctimes.items():
+            print(f"| {name} | {c0:.2f} | {f0:.2f} | {c1:.2f} | {f1:.2f} |")
+        print("each in a fresh process with its own ADGRAD_CACHE_DIR; cold = empty cache")
+
+
+if __name__ == "__main__":
+    main()
