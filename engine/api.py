@@ -12,7 +12,6 @@ from .ad import select
 from .ad.transform import jacobian_forward, jacobian_reverse
 from .codegen.emit import Emitter
 from .codegen.load import load, module_source
-from .codegen.unroll import unroll
 from .errors import SpecError
 from .ir.core import Builder, Graph, Var
 from .ir.printer import format_graph
@@ -144,7 +143,7 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None) 
     b.graph.outputs = outs
     graph = dce(b.graph)
     em = Emitter(graph, list(graph.inputs), list(graph.params), list(outs))
-    body = unroll(em.emit())
+    body = em.emit()
     point_args = em.args
     per_point = [True] * len(graph.inputs) + [False] * len(graph.params) + [True] * len(outs)
     source = module_source(model.name, em.globals, point_args, body, per_point)
