@@ -17,6 +17,7 @@ from .ir.core import Builder, Graph, Var
 from .ir.printer import format_graph
 from .model import LoadedModel, build
 from .opt.dce import dce
+from .runtime.exactsum import ExactSum
 from .spec import load_model_file
 
 
@@ -61,7 +62,9 @@ class CompiledKernel:
 
     def evaluate(self, inputs: dict, out: dict | None = None, params: dict | None = None, threads=None):
         """Evaluate at every point. `inputs`: name -> array (M, *shape). `out`: optional preallocated
-        arrays (M, *shape), float64 C-contiguous ones are filled in place. Returns {name: array}."""
+        arrays (M, *shape), float64 C-contiguous ones are filled in place; for a reduced (summed)
+        result an array (*shape) gets the correctly rounded sum, an ExactSum gets the rows added.
+        Returns {name: array or that ExactSum}."""
         g = self.graph
         m = None
         rows = []
@@ -83,10 +86,10 @@ class CompiledKernel:
         results, targets, copies = {}, [], []
         for name, shape in self.output_shapes.items():
             full, size = (m,) + shape, max(1, int(np.prod(shape)))
-            if name in self.reduced:    # per-point rows in a scratch array, summed below
+            if name in self.reduced:    # per-point rows in a scratch array, summed exactly below
                 targets.append(np.empty((m, size)))
                 results[name] = out.get(name, np.empty(shape))
-                copies.append((results[name], targets[-1], True))
+                copies.append((results[name], targets[-1].reshape(full), True))
                 continue
             dst = out.get(name)
             if dst is None:
@@ -105,8 +108,14 @@ class CompiledKernel:
         ws = np.zeros((n_workers, max(1, self.workspace_size)))
         self.module.batch(*rows, *prms, *targets, ws)
         for dst, t, reduce in copies:
-            # a sum in point order, the same whatever the thread count
-            dst[...] = t.sum(axis=0).reshape(dst.shape) if reduce else t.reshape(dst.shape)
+            if not reduce:
+                dst[...] = t.reshape(dst.shape)
+            elif isinstance(dst, ExactSum):     # the caller accumulates across calls (chunks, shards)
+                dst.add(t)
+            else:                   # exact, so the same bits whatever the order or thread count
+                acc = ExactSum(dst.shape)
+                acc.add(t)
+                dst[...] = acc.value()
         return results
 
 
