@@ -4,6 +4,7 @@ import click
 from .check import check
 from .explain import explain
 from .run import run
+from .sample import sample
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -15,3 +16,4 @@ def cli():
 cli.add_command(run)
 cli.add_command(check)
 cli.add_command(explain)
+cli.add_command(sample)

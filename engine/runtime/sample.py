@@ -1,0 +1,138 @@
+"""Synthetic point clouds (`adgrad sample`): uniform values for every input a model or config reads.
+
+Rows are drawn in fixed blocks of BLOCK rows; block b uses its own generator,
+default_rng(SeedSequence(seed, spawn_key=(b,))) (the b-th child of SeedSequence(seed).spawn), and draws
+the datasets in file order. So the values depend only on the seed, never on the write chunk or on M (a
+smaller sample is a prefix of a larger one), and any row range can be produced alone: memory is bounded
+by the chunk, not by the number of points."""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from importlib.metadata import version
+
+import h5py
+import numpy as np
+
+from ..errors import DataError, SpecError
+from ..h5.atomic import atomic_h5
+from ..model import build
+from ..spec import Config, Model
+
+BLOCK = 4096                    # rows per generator block: part of the definition of the values
+DEFAULT_RANGE = (0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One dataset to write: its name in the file, the per-point shape and the uniform range."""
+    dataset: str
+    shape: tuple
+    low: float
+    high: float
+
+
+def columns(model: Model, config: Config | None = None, low=None, high=None) -> list:
+    """The datasets a run of `config` (or of `model` alone) reads, with their ranges.
+
+    An input's range is its `sample:` block, else [0, 1); `low`/`high` override either end for every
+    dataset. With a config, names follow `input.datasets`, and the directions and cotangents of
+    jvp/vjp requests are included (shaped like the wrt, resp. the output)."""
+    def rng_of(decl_range):
+        lo, hi = decl_range or DEFAULT_RANGE
+        lo, hi = (lo if low is None else low), (hi if high is None else high)
+        return float(lo), float(hi)
+
+    cols = {}
+
+    def add(dataset, shape, bounds, what):
+        old = cols.get(dataset)
+        if old is not None and old.shape != shape:
+            raise SpecError(f"dataset '{dataset}' is needed with shapes {old.shape} and {shape} ({what})",
+                            config.path if config else model.path)
+        if old is None:
+            cols[dataset] = Column(dataset, shape, *bounds)
+
+    datasets = config.datasets if config else {}
+    for name, decl in model.inputs.items():
+        add(datasets.get(name, name), tuple(decl.shape), rng_of(decl.sample), f"input '{name}'")
+    if config is not None:
+        graph = None
+        for req in config.derivatives:
+            extra = req.direction or req.cotangent
+            if not extra:
+                continue
+            graph = graph or build(model).graph
+            if req.direction:
+                w = req.wrt[0]
+                shape = (graph.inputs[w] if w in graph.inputs else graph.params[w]).shape
+            else:
+                shape = graph.outputs[req.of].shape
+            add(extra, tuple(shape), rng_of(None), f"the {'direction' if req.direction else 'cotangent'} "
+                                                   f"of {req.name}")
+    for c in cols.values():
+        if not c.low < c.high:
+            raise SpecError(f"dataset '{c.dataset}': the sample range needs low < high, got [{c.low}, {c.high})",
+                            config.path if config else model.path)
+    return list(cols.values())
+
+
+class Sampler:
+    """Rows of every column drawn from `seed`, any range at a time."""
+
+    def __init__(self, cols, seed: int):
+        self.cols, self.seed = cols, seed
+        self._last = (None, None)       # a block that straddles two requests is drawn once
+
+    def block(self, b: int) -> dict:
+        """Rows [b*BLOCK, (b+1)*BLOCK) of every column, {dataset: array}; always whole, so a row's value
+        does not depend on the number of points either."""
+        if self._last[0] != b:
+            rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(b,)))
+            self._last = (b, {c.dataset: rng.uniform(c.low, c.high, size=(BLOCK,) + c.shape) for c in self.cols})
+        return self._last[1]
+
+    def rows(self, start: int, stop: int) -> dict:
+        """Rows [start, stop) of every column: {dataset: array}."""
+        out = {c.dataset: np.empty((stop - start,) + c.shape) for c in self.cols}
+        for b in range(start // BLOCK, -(-stop // BLOCK)):
+            lo = b * BLOCK
+            a, e = max(start, lo), min(stop, lo + BLOCK)
+            for name, v in self.block(b).items():
+                out[name][a - start:e - start] = v[a - lo:e - lo]
+        return out
+
+
+def write(path, cols, points: int, seed: int = 0, chunk: int = 65536, overwrite=False,
+          model: Model | None = None, config: Config | None = None) -> None:
+    """Write `points` rows of every column to a new HDF5 file, `chunk` rows at a time, atomically."""
+    if os.path.exists(path) and not overwrite:
+        raise DataError(f"{path}: output file exists; pass --overwrite to replace it")
+    attrs = {
+        "adgrad_version": version("adgrad"),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "points": points, "seed": seed, "sample_block": BLOCK,
+        "sample": json.dumps({c.dataset: [c.low, c.high] for c in cols}),
+    }
+    if model is not None:
+        attrs["model_yaml"] = model.text
+        attrs["model_sha256"] = hashlib.sha256(model.text.encode()).hexdigest()
+    if config is not None:
+        attrs["config_yaml"] = config.text
+    sampler = Sampler(cols, seed)
+    with atomic_h5(path) as f:
+        f.attrs.update(attrs)
+        dsets = {}
+        for c in cols:
+            row = max(1, int(np.prod(c.shape))) * 8
+            rows = max(1, min(points or 1, chunk, (1 << 20) // row))
+            dsets[c.dataset] = f.create_dataset(c.dataset, shape=(points,) + c.shape, dtype="f8",
+                                                chunks=(rows,) + c.shape)
+            dsets[c.dataset].attrs.update({"low": c.low, "high": c.high})
+        for start in range(0, points, chunk):
+            stop = min(points, start + chunk)
+            for name, v in sampler.rows(start, stop).items():
+                dsets[name][start:stop] = v
