@@ -3,6 +3,7 @@ import click
 
 from .check import check
 from .explain import explain
+from .info import info
 from .merge import merge
 from .run import run
 from .sample import sample
@@ -19,3 +20,4 @@ cli.add_command(check)
 cli.add_command(explain)
 cli.add_command(sample)
 cli.add_command(merge)
+cli.add_command(info)

@@ -22,7 +22,7 @@ from .atomic import atomic_h5
 
 EXACT = "_adgrad/exact"
 SHARD_ATTRS = ("shard", "row_start", "row_stop", "input_points")
-SAME_RUN = ("model_sha256", "config_yaml", "input_path", "input_points")
+SAME_RUN = ("model_sha256", "config_yaml", "params_sha256", "input_path", "input_fingerprint", "input_points")
 COPY_BYTES = 64 << 20           # --copy moves at most this much per read
 
 
@@ -161,9 +161,11 @@ def merge(out, paths, copy=False, overwrite=False) -> Merged:
     m = int(first.attrs["input_points"])
     out_dir = os.path.dirname(os.path.abspath(out))
     rel = [os.path.relpath(os.path.abspath(s.path), out_dir) for s in shards]
-    attrs = {k: v for k, v in first.attrs.items() if k not in SHARD_ATTRS}
-    attrs.update(points=m, complete=True, chunks_done=sum(int(s.attrs.get("chunks_done", 0)) for s in shards),
-                 merged_from=json.dumps(rel))
+    attrs = {k: v for k, v in first.attrs.items() if k not in SHARD_ATTRS[:3]}
+    attrs.update(points=m, input_points=m, complete=True, merged_from=json.dumps(rel))
+    for key in ("chunks_done", "nan_points"):
+        if key in first.attrs:
+            attrs[key] = sum(int(s.attrs[key]) for s in shards)
     for key, pick in (("started", min), ("finished", max)):
         stamps = [str(s.attrs[key]) for s in shards if key in s.attrs]
         if stamps:

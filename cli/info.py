@@ -1,0 +1,23 @@
+"""`adgrad info FILE`: datasets, completeness and provenance of an adgrad HDF5 file."""
+import click
+
+from adgrad.engine.errors import DataError
+from adgrad.engine.h5.info import describe
+
+from .common import reports_errors
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--text/--no-text", default=True, show_default=True, help="Print the model and config text.")
+@reports_errors
+def info(file, text):
+    """Summarize an output, shard, merged or sampled FILE: datasets with shapes and dtypes,
+    completeness, shard rows, modes, threads, versions, times, input path and the model and config.
+
+    For a merged file every virtual source is checked; a missing one exits 2."""
+    report = describe(file, text=text)
+    click.echo("\n".join(report.lines))
+    if report.missing_sources:
+        gone = "; ".join(f"'{name}' rows [{lo}, {hi}) from {src}" for name, src, (lo, hi) in report.missing_sources)
+        raise DataError(f"{file}: virtual source(s) missing, these rows read as fill values: {gone}")
