@@ -1,5 +1,7 @@
 """`adgrad run CONFIG`: the main job."""
+import shlex
 import sys
+import time
 
 import click
 
@@ -14,33 +16,62 @@ from .common import reports_errors
 @click.option("--threads", type=click.IntRange(min=0), default=None, help="Threads (default: engine.threads, 0 = all cores).")
 @click.option("--chunk", type=click.IntRange(min=1), default=None, help="Points per chunk (default: engine.chunk).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Output file (default: output.path).")
+@click.option("--shard", metavar="I/N", default=None,
+              help="Compute shard I of N (rows [I*M//N, (I+1)*M//N)) into OUTPUT with .shardIofN before the "
+                   "extension (default: from SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT in a job array).")
+@click.option("--resume", is_flag=True, help="Finish an interrupted output file without recomputing its finished chunks.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on when stderr is a terminal).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
-@click.option("-v", "--verbose", is_flag=True, help="Also print timings per phase.")
+@click.option("-v", "--verbose", is_flag=True, help="Also print timings per phase and the threading layer.")
 @reports_errors
-def run(config, threads, chunk, output, overwrite, progress, quiet, verbose):
-    """Compute the config's outputs and derivatives for every point of its input file."""
+def run(config, threads, chunk, output, shard, resume, overwrite, progress, quiet, verbose):
+    """Compute the config's outputs and derivatives for every point of its input file.
+
+    SIGTERM or Ctrl-C stops at the next chunk boundary, keeping every finished chunk; --resume
+    then finishes the file."""
     cfg = load_config_file(config)
     if progress is None:
-        progress = sys.stderr.isatty() and not quiet
-    bar = None
-    if progress:
-        bar = click.progressbar(length=1, label="points", file=sys.stderr, show_eta=True)
-
-    def on_chunk(done, total):
+        progress = sys.stderr.isatty()
+    bar = ProgressBar() if progress and not quiet else None
+    hint = ["adgrad", "run", config, "--resume"] + (["-o", output] if output else []) + \
+        (["--shard", shard] if shard else [])
+    try:
+        summary = run_job(cfg, output=output, threads=threads, chunk=chunk, overwrite=overwrite, resume=resume,
+                          shard=shard, progress=bar, resume_hint=shlex.join(hint))
+    finally:
         if bar is not None:
-            bar.length = total
-            bar.update(done - bar.pos)
-    summary = run_job(cfg, output=output, threads=threads or None, chunk=chunk, overwrite=overwrite,
-                      progress=on_chunk)
-    if bar is not None:
-        bar.render_finish()
+            bar.close()
     if quiet:
         return
     modes = ", ".join(f"{k}: {v}" for k, v in summary.modes.items()) or "none"
-    click.echo(f"{summary.points} points in {summary.seconds:.2f} s ({summary.rate:,.0f} points/s) "
+    resumed = f" (resumed: {summary.points - summary.computed} were done)" if summary.computed < summary.points else ""
+    click.echo(f"{summary.points} points{resumed} in {summary.seconds:.2f} s ({summary.rate:,.0f} points/s) "
                f"-> {summary.output}", err=True)
     click.echo(f"modes: {modes}; non-finite points: {summary.nan_points}; threads: {summary.threads}", err=True)
     if verbose:
-        click.echo("timings: " + ", ".join(f"{k} {v:.3f} s" for k, v in summary.timings.items()), err=True)
+        t = summary.timings
+        overlap = (t["read"] + t["compute"] + t["write"]) / max(summary.seconds - t["compile"], 1e-9)
+        click.echo("timings: " + ", ".join(f"{k} {v:.3f} s" for k, v in t.items())
+                   + f"; overlap {overlap:.2f}x (read + compute + write over wall time after compile)", err=True)
+        click.echo(f"threading layer: {summary.threading_layer}; threads: {summary.threads}", err=True)
+
+
+class ProgressBar:
+    """click's progress bar on stderr, made on the first report: points done, points/s and ETA."""
+
+    def __init__(self):
+        self.bar, self.t0, self.first = None, time.perf_counter(), 0
+
+    def __call__(self, done, total):
+        if self.bar is None:            # the first report says how many points were done before
+            self.t0, self.first = time.perf_counter(), done
+            self.bar = click.progressbar(length=total, label="points", file=sys.stderr, show_eta=True,
+                                         show_pos=True, item_show_func=lambda rate: rate)
+            self.bar.__enter__()
+        rate = (done - self.first) / max(time.perf_counter() - self.t0, 1e-9)
+        self.bar.update(done - self.bar.pos, f"{rate:,.0f} points/s")
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)

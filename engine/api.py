@@ -63,8 +63,8 @@ class CompiledKernel:
     def evaluate(self, inputs: dict, out: dict | None = None, params: dict | None = None, threads=None):
         """Evaluate at every point. `inputs`: name -> array (M, *shape). `out`: optional preallocated
         arrays (M, *shape), float64 C-contiguous ones are filled in place; for a reduced (summed)
-        result an array (*shape) gets the correctly rounded sum, an ExactSum gets the rows added.
-        Returns {name: array or that ExactSum}."""
+        result an array (*shape) gets the correctly rounded sum, an ExactSum gets the rows added, and
+        an array (M, *shape) gets the per-point rows. Returns {name: array or that ExactSum}."""
         g = self.graph
         m = None
         rows = []
@@ -86,12 +86,12 @@ class CompiledKernel:
         results, targets, copies = {}, [], []
         for name, shape in self.output_shapes.items():
             full, size = (m,) + shape, max(1, int(np.prod(shape)))
-            if name in self.reduced:    # per-point rows in a scratch array, summed exactly below
-                targets.append(np.empty((m, size)))
-                results[name] = out.get(name, np.empty(shape))
+            dst = out.get(name)
+            if name in self.reduced and (dst is None or isinstance(dst, ExactSum) or dst.shape == shape):
+                targets.append(np.empty((m, size)))     # per-point rows, summed exactly below
+                results[name] = np.empty(shape) if dst is None else dst
                 copies.append((results[name], targets[-1].reshape(full), True))
                 continue
-            dst = out.get(name)
             if dst is None:
                 dst = np.empty(full)
             elif dst.shape != full:

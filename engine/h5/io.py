@@ -1,13 +1,36 @@
-"""HDF5 in and out: a checked chunk reader for the point cloud and a chunked writer for results.
+"""HDF5 in and out: a checked chunk reader for the point cloud and the crash-safe output file.
 
 Both keep h5py's conventions: the first axis of every dataset is the point axis, datasets are
-chunked along it, and the output's root attributes say how the file was made."""
+chunked along it, and the output's root attributes say how the file was made.
+
+The output file is laid out completely before the first chunk is computed: every dataset is created
+with its storage allocated (uncompressed datasets; HDF5 cannot preallocate compressed chunks), so the
+run afterwards only writes raw data into place and the file's metadata never changes until the end.
+Progress is committed per chunk in /_adgrad:
+
+    /_adgrad/commit            int64 (2,): two slots; each holds the number of finished chunks it records
+    /_adgrad/slot_nan          int64 (2,): per slot, the non-finite points counted in those chunks
+    /_adgrad/slots/<name>      int64 (2, *shape, STATE): per slot, the exact accumulator of a reduced result
+    /_adgrad/exact/<name>      int64 (*shape, STATE): the final exact accumulator (written on completion)
+
+A chunk is committed by flushing its rows, writing the state into the slot not holding the latest
+commit, flushing, and only then writing that slot's chunk count (one 8-byte write) and flushing. A
+process killed at any moment leaves the previous commit intact, and rows written after it are
+simply written again, with the same bits, on resume. Chunks finish in order, so the finished chunks
+are always the first `done` ones."""
 from __future__ import annotations
+
+import hashlib
+import os
 
 import h5py
 import numpy as np
 
 from ..errors import DataError
+from ..runtime.exactsum import STATE, ExactSum
+from .atomic import atomic_h5
+
+FINGERPRINT_BYTES = 1 << 20     # hashed from each end of the input file
 
 
 class InputReader:
@@ -44,55 +67,131 @@ class InputReader:
     def read(self, start, stop):
         return {n: np.asarray(ds[start:stop], dtype=np.float64) for n, ds in self.datasets.items()}
 
+    def read_into(self, start, stop, buffers: dict):
+        """Rows [start, stop) of every input into the first stop - start rows of float64 `buffers`."""
+        n = stop - start
+        for name, ds in self.datasets.items():
+            if n:
+                ds.read_direct(buffers[name], np.s_[start:stop], np.s_[0:n])
+
     def close(self):
         self.file.close()
+
+
+def input_identity(path) -> dict:
+    """Size, mtime and a hash of both ends of the input file: what --resume compares to detect a change."""
+    st = os.stat(path)
+    h = hashlib.sha256(str(st.st_size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(FINGERPRINT_BYTES))
+        f.seek(max(0, st.st_size - FINGERPRINT_BYTES))
+        h.update(f.read(FINGERPRINT_BYTES))
+    return {"input_size": st.st_size, "input_mtime_ns": st.st_mtime_ns, "input_fingerprint": h.hexdigest()}
 
 
 def _reason(exc):
     return getattr(exc, "strerror", None) or str(exc).split("(")[0].strip() or type(exc).__name__
 
 
-class OutputWriter:
-    """Creates every result dataset (M, *shape) chunked along the point axis; writes row blocks."""
+def _early():
+    """Storage allocated when the dataset is created, and never filled (every row gets written)."""
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    return {"dcpl": dcpl, "fill_time": "never"}
 
-    def __init__(self, path, shapes: dict, points: int, dtype="float64", compression="none",
-                 chunk_rows=65536, attrs=None, reduced=frozenset()):
-        self.path = path
-        try:
-            self.file = h5py.File(path, "w")
-        except OSError as exc:
-            raise DataError(f"{path}: cannot create output file ({_reason(exc)})") from None
-        for k, v in (attrs or {}).items():
-            self.file.attrs[k] = v
-        self.file.attrs["complete"] = False
-        self.file.attrs["chunks_done"] = 0
+
+class OutputFile:
+    """An adgrad output file open for writing: per-point datasets, reduced sums, the commit record."""
+
+    def __init__(self, path, file):
+        self.path, self.file = path, file
+        self.per_point = {n: ds for n, ds in file.items() if isinstance(ds, h5py.Dataset) and n not in file["_adgrad/exact"]}
+        self.reduced = list(file["_adgrad/exact"])
+        commit = file["_adgrad/commit"][...]
+        self._slot = int(np.argmax(commit))         # the slot holding the latest commit
+        self.done = int(commit[self._slot])
+        self.nan_points = int(file["_adgrad/slot_nan"][self._slot]) if self.done else 0
+        self.sums = {n: ExactSum.from_state(file["_adgrad/slots"][n][self._slot]) if self.done
+                     else ExactSum(file[n].shape) for n in self.reduced}
+
+    @classmethod
+    def create(cls, path, shapes: dict, reduced, rows: int, dtype, compression, chunk_rows, attrs: dict):
+        """Lay out the whole file under a temporary name, then rename it to `path` and open it."""
         comp = None if compression == "none" else compression
-        self.ds = {}
-        self.sums = {}
-        for name in reduced:                         # summed over points: no point axis, written last
-            self.sums[name] = self.file.create_dataset(name, shape=tuple(shapes[name]), dtype=dtype)
-        for name, shape in shapes.items():
-            if name in reduced:
-                continue
-            row = int(np.prod(shape)) * np.dtype(dtype).itemsize
-            rows = max(1, min(points or 1, chunk_rows, (1 << 20) // max(row, 1)))
-            self.ds[name] = self.file.create_dataset(name, shape=(points,) + tuple(shape), dtype=dtype,
-                                                     chunks=(rows,) + tuple(shape), compression=comp)
+        with atomic_h5(path) as f:
+            for k, v in attrs.items():
+                f.attrs[k] = v
+            f.attrs.update({"complete": False, "chunks_done": 0, "nan_points": 0, "finished": ""})
+            meta = f.create_group("_adgrad")
+            meta.create_dataset("commit", shape=(2,), dtype=np.int64, data=np.zeros(2, np.int64))
+            meta.create_dataset("slot_nan", shape=(2,), dtype=np.int64, data=np.zeros(2, np.int64))
+            exact, slots = meta.create_group("exact"), meta.create_group("slots")
+            for name, shape in shapes.items():
+                shape = tuple(shape)
+                if name in reduced:      # summed over points: no point axis
+                    f.create_dataset(name, shape=shape, dtype=dtype, **_early())
+                    exact.create_dataset(name, shape=shape + (STATE,), dtype=np.int64, **_early())
+                    slots.create_dataset(name, shape=(2,) + shape + (STATE,), dtype=np.int64, **_early())
+                    continue
+                row = int(np.prod(shape)) * np.dtype(dtype).itemsize
+                per_chunk = max(1, min(rows or 1, chunk_rows, (1 << 20) // max(row, 1)))
+                f.create_dataset(name, shape=(rows,) + shape, dtype=dtype, chunks=(per_chunk,) + shape,
+                                 maxshape=None if rows else (None,) + shape, compression=comp,
+                                 **({} if comp else _early()))
+        return cls.open(path)
 
-    def write(self, start, stop, results: dict):
-        for name, ds in self.ds.items():
-            ds[start:stop] = results[name][: stop - start]
+    @classmethod
+    def open(cls, path):
+        try:
+            file = h5py.File(path, "r+")
+        except OSError as exc:
+            raise DataError(f"{path}: cannot open the output file for writing ({_reason(exc)})") from None
+        try:
+            if "_adgrad/commit" not in file:
+                raise DataError(f"{path}: not an adgrad output file that can be resumed (no /_adgrad/commit)")
+            return cls(path, file)
+        except BaseException:
+            file.close()
+            raise
 
-    def chunk_done(self, n):
-        self.file.attrs["chunks_done"] = n
+    @property
+    def attrs(self):
+        return self.file.attrs
+
+    def write(self, start, stop, buffers: dict):
+        """Rows [start, stop) of the file from the first stop - start rows of `buffers`."""
+        n = stop - start
+        for name, ds in self.per_point.items():
+            if n:
+                ds.write_direct(buffers[name], np.s_[0:n], np.s_[start:stop])
+
+    def commit(self, done: int, nan_points: int, sums: dict):
+        """Record `done` finished chunks (whose rows are written) with their counts and exact sums."""
+        self.file.flush()                           # the rows first
+        slot = 1 - self._slot
+        self.file["_adgrad/slot_nan"][slot] = nan_points
+        for name, acc in sums.items():
+            self.file["_adgrad/slots"][name][slot] = acc.state()
+        self.file.flush()                           # then the state, into the slot not in use
+        self.file["_adgrad/commit"][slot] = done    # then the commit itself: one 8-byte write
+        self.file.flush()
+        self._slot, self.done, self.nan_points = slot, done, nan_points
+
+    def finish(self, attrs: dict):
+        """Write the sums and exact states of the last commit, then the attributes, `complete` last."""
+        for name in self.reduced:
+            acc = ExactSum.from_state(self.file["_adgrad/slots"][name][self._slot]) if self.done \
+                else ExactSum(self.file[name].shape)
+            self.file[name][...] = acc.value()
+            self.file["_adgrad/exact"][name][...] = acc.state()
+        self.file.flush()
+        self.stop(attrs)
+        self.file.attrs["complete"] = True      # last: nothing half-written is ever marked done
         self.file.flush()
 
-    def finish(self, attrs, sums=None):
-        for name, value in (sums or {}).items():
-            self.sums[name][...] = value
-        for k, v in attrs.items():
-            self.file.attrs[k] = v
-        self.file.attrs["complete"] = True       # last: nothing half-written is ever marked done
+    def stop(self, attrs: dict):
+        """Bring the root attributes up to date with the last commit (the file stays incomplete)."""
+        self.file.attrs.update({**attrs, "chunks_done": self.done, "nan_points": self.nan_points})
         self.file.flush()
 
     def close(self):

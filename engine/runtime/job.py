@@ -1,7 +1,8 @@
 """`adgrad run`: a config -> compiled kernel -> chunks of the input file -> the output file.
 
-Every check that can fail on user input (spec, params, input datasets, output path) runs before the
-output file is created, so a bad config never leaves a file behind."""
+Every check that can fail on user input (spec, params, input datasets, output path, a --resume that
+does not fit the file) runs before the output file is created or changed, so a bad config never
+leaves a file behind. The chunks themselves stream through runtime/pipeline.py."""
 from __future__ import annotations
 
 import datetime
@@ -17,26 +18,50 @@ import numpy as np
 
 from ..api import compile_model
 from ..errors import DataError, JobError
-from ..h5.io import InputReader, OutputWriter
+from ..h5.io import InputReader, OutputFile, input_identity
 from ..model import build
 from ..spec import Config
+from . import shard as shards
+from .pipeline import Plan, stream
+from .signals import stop_on_signals
 
 VERSION = "0.1.0"
+
+# root attributes that must match for --resume, and what a mismatch means
+RESUME_KEYS = {
+    "model_sha256": "the model text",
+    "params_sha256": "the param values (a params file or an override)",
+    "config_sha256": "the config text",
+    "kernel_sha256": "the generated kernel (another adgrad version?)",
+    "input_path": "the input path",
+    "input_size": "the input file's size",
+    "input_mtime_ns": "the input file's modification time",
+    "input_fingerprint": "the input file's contents",
+    "input_points": "the number of input points",
+    "shard": "the shard (--shard or the SLURM array task)",
+    "chunk": "the points per chunk (--chunk)",
+}
+
+
+class Interrupted(JobError):
+    """The job stopped at a chunk boundary on SIGTERM or Ctrl-C; the file can be resumed."""
 
 
 @dataclass
 class Summary:
-    points: int
+    points: int                 # rows of the output file
+    computed: int               # points computed by this call (fewer after --resume)
     seconds: float
     modes: dict
     nan_points: int
     output: str
     threads: int
+    threading_layer: str
     timings: dict = field(default_factory=dict)
 
     @property
     def rate(self):
-        return self.points / self.seconds if self.seconds > 0 else float("inf")
+        return self.computed / self.seconds if self.seconds > 0 else float("inf")
 
 
 def now():
@@ -51,87 +76,128 @@ def prepare(config: Config):
     return model, kernel, time.perf_counter() - t0
 
 
-def run(config: Config, output=None, threads=None, chunk=None, overwrite=False, progress=None) -> Summary:
-    """Run the job a config describes. `progress(done, total)` is called after every chunk."""
+def output_path(config: Config, output=None, shard=None):
+    """Where the run writes: -o or output.path, with `.shard<I>of<N>` for a shard."""
+    path = output or config.output_path
+    if path is None:
+        raise DataError(f"{config.path}: no output path: set output.path in the config or pass -o")
+    return shard.path(path) if shard else path
+
+
+def run(config: Config, output=None, threads=None, chunk=None, overwrite=False, resume=False, shard=None,
+        progress=None, resume_hint="adgrad run CONFIG --resume") -> Summary:
+    """Run the job a config describes. `shard`: "I/N" (default: the SLURM array task, if any).
+    `progress(done, total)` follows every chunk. `resume_hint` is the command a stopped run suggests."""
     t_start = time.perf_counter()
     if config.input_path is None:
         raise DataError(f"{config.path}: the config has no input: section (input.path names the HDF5 point cloud)")
-    out_path = output or config.output_path
-    if out_path is None:
-        raise DataError(f"{config.path}: no output path: set output.path in the config or pass -o")
-    if os.path.exists(out_path) and not overwrite:
-        raise DataError(f"{out_path}: output file exists; pass --overwrite to replace it")
-    model, kernel, t_compile = prepare(config)
-    shapes = {n: v.shape for n, v in kernel.graph.inputs.items()}
-    # model inputs map through input.datasets; a jvp direction or vjp cotangent names its dataset itself
-    reader = InputReader(config.input_path, {n: config.datasets.get(n, n) for n in shapes}, shapes)
-    threads = threads or config.threads or numba.config.NUMBA_NUM_THREADS
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    chunk = chunk or config.chunk
+    if overwrite and resume:
+        raise DataError("--overwrite and --resume exclude each other")
+    part = shards.parse(shard) if shard else shards.from_slurm()
+    out_path = output_path(config, output, part)
+    exists = os.path.exists(out_path)
+    if exists and not (overwrite or resume):
+        raise DataError(f"{out_path}: output file exists; pass --overwrite to replace it or --resume to finish it")
+    with stop_on_signals() as should_stop:
+        model, kernel, t_compile = prepare(config)
+        shapes = {n: v.shape for n, v in kernel.graph.inputs.items()}
+        # model inputs map through input.datasets; a jvp direction or vjp cotangent names its dataset itself
+        reader = InputReader(config.input_path, {n: config.datasets.get(n, n) for n in shapes}, shapes)
+        try:
+            return _run(config, model, kernel, reader, out_path, exists and resume, part, threads, chunk,
+                        should_stop, progress, resume_hint, t_start, t_compile)
+        finally:
+            reader.close()
+
+
+def _run(config, model, kernel, reader, out_path, resuming, part, threads, chunk, should_stop, progress,
+         resume_hint, t_start, t_compile):
     m = reader.points
+    row_start, row_stop = part.rows(m) if part else (0, m)
+    threads = _threads(config.threads if threads is None else threads)
+    attrs = _provenance(config, model, kernel, m, part, (row_start, row_stop), threads)
+    if resuming:
+        out = OutputFile.open(out_path)
+        try:
+            chunk = _check_resumable(out, attrs, chunk)
+        except DataError:
+            out.close()
+            raise
+    else:
+        chunk = chunk or config.chunk
+        if should_stop():
+            raise Interrupted(f"stopped by {should_stop.signal} before the run started; nothing was written")
+        out = OutputFile.create(out_path, kernel.output_shapes, kernel.reduced, row_stop - row_start,
+                                config.dtype, config.compression, chunk, {**attrs, "chunk": chunk, "started": now()})
+    plan = Plan(row_start, row_stop - row_start, chunk)
+    try:
+        outcome = stream(kernel, reader, out, plan, threads, config.nan == "error", should_stop,
+                         progress or (lambda done, total: None))
+        if outcome.stopped:
+            out.stop({"threads": threads})
+            done = min(out.done * chunk, plan.rows)
+            raise Interrupted(f"stopped by {should_stop.signal} after {out.done} of {plan.chunks} chunks "
+                              f"({done} of {plan.rows} points); {out_path} keeps them and is marked "
+                              f"incomplete; resume with: {resume_hint}")
+        out.finish({"threads": threads, "finished": now()})
+    except Interrupted:
+        raise
+    except JobError:                    # a non-finite point with engine.nan: error
+        out.stop({"threads": threads})
+        raise
+    except OSError as exc:
+        raise JobError(f"{out_path}: I/O failure: {exc}; the file is marked incomplete") from None
+    finally:
+        out.close()
+    timings = {"compile": t_compile, **outcome.timings.as_dict()}
+    return Summary(plan.rows, outcome.points, time.perf_counter() - t_start, kernel.modes, out.nan_points,
+                   out_path, threads, numba.threading_layer(), timings)
+
+
+def _threads(requested):
+    """numba threads for `requested` (0 = all cores, capped there)."""
+    available = numba.config.NUMBA_NUM_THREADS
+    return available if not requested else min(requested, available)
+
+
+def _sha(data: bytes):
+    return hashlib.sha256(data).hexdigest()
+
+
+def _provenance(config, model, kernel, m, part, rows, threads):
+    params = hashlib.sha256()
+    for name in sorted(model.param_values):
+        value = np.ascontiguousarray(model.param_values[name], dtype=np.float64)
+        params.update(f"{name}{value.shape}".encode() + value.tobytes())
     attrs = {
         "adgrad_version": VERSION, "model_yaml": config.model.text, "config_yaml": config.text,
-        "model_sha256": hashlib.sha256(config.model.text.encode()).hexdigest(),
-        "input_path": os.path.abspath(config.input_path), "points": m,
-        "modes": json.dumps(kernel.modes), "threads": numba.get_num_threads(), "started": now(),
+        "model_sha256": _sha(config.model.text.encode()), "config_sha256": _sha(config.text.encode()),
+        "params_sha256": params.hexdigest(), "kernel_sha256": _sha(kernel.source.encode()),
+        "input_path": os.path.abspath(config.input_path), "input_points": m, **input_identity(config.input_path),
+        "points": rows[1] - rows[0], "modes": json.dumps(kernel.modes), "threads": threads,
         "numba_version": numba.__version__, "numpy_version": np.__version__, "h5py_version": h5py.__version__,
     }
-    timings = {"compile": t_compile, "read": 0.0, "compute": 0.0, "write": 0.0}
-    nan_points = 0
-    try:
-        writer = OutputWriter(out_path, kernel.output_shapes, m, config.dtype, config.compression, chunk, attrs,
-                              reduced=kernel.reduced)
-    except Exception:
-        reader.close()
-        raise
-    try:
-        buffers = {n: np.empty((min(chunk, max(m, 1)),) + s) for n, s in kernel.output_shapes.items()
-                   if n not in kernel.reduced}
-        sums = {n: np.zeros(kernel.output_shapes[n]) for n in kernel.reduced}
-        for k, start in enumerate(range(0, m, chunk)):
-            stop = min(m, start + chunk)
-            t = time.perf_counter()
-            inputs = reader.read(start, stop)
-            timings["read"] += time.perf_counter() - t
-            t = time.perf_counter()
-            outs = {n: b[: stop - start] for n, b in buffers.items()}
-            outs.update({n: np.empty(s.shape) for n, s in sums.items()})
-            kernel.evaluate(inputs, out=outs)
-            for n, s in sums.items():     # chunk sums added in chunk order: deterministic
-                s += outs.pop(n)
-            bad = _nonfinite_rows(inputs, outs)
-            timings["compute"] += time.perf_counter() - t
-            if bad.any():
-                if config.nan == "error":
-                    row = start + int(np.argmax(bad))
-                    where = _first_nonfinite(inputs, outs, row - start)
-                    raise JobError(f"non-finite value at row {row} in '{where}' (engine.nan: error); "
-                                   f"{out_path} holds rows before chunk {k} and is marked incomplete")
-                nan_points += int(bad.sum())
-            t = time.perf_counter()
-            writer.write(start, stop, outs)
-            writer.chunk_done(k + 1)
-            timings["write"] += time.perf_counter() - t
-            if progress:
-                progress(stop, m)
-        writer.finish({"finished": now()}, sums)
-    finally:
-        writer.close()
-        reader.close()
-    return Summary(m, time.perf_counter() - t_start, kernel.modes, nan_points, out_path,
-                   numba.get_num_threads(), timings)
+    if part:
+        attrs.update({"shard": part.label, "row_start": rows[0], "row_stop": rows[1]})
+    return attrs
 
 
-def _nonfinite_rows(inputs, outs):
-    bad = None
-    for arr in list(inputs.values()) + list(outs.values()):
-        rows = ~np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1) if arr.size else np.zeros(arr.shape[0], bool)
-        bad = rows if bad is None else bad | rows
-    return bad
+def _check_resumable(out, attrs, chunk):
+    """The chunk size to resume with, once the file is known to be this run's, unfinished."""
+    have = out.attrs
+    if have.get("complete", False):
+        raise DataError(f"{out.path}: the file is complete already; nothing to resume "
+                        f"(pass --overwrite to compute it again)")
+    want = {**attrs, "chunk": chunk or int(have.get("chunk", 0))}
+    for key, what in RESUME_KEYS.items():
+        if key not in want and key not in have:
+            continue
+        if key not in want or key not in have or _differs(want[key], have[key]):
+            raise DataError(f"{out.path}: cannot resume: {what} changed since the file was started "
+                            f"({key}: {have.get(key, 'none')!r} in the file, now {want.get(key, 'none')!r}); "
+                            f"pass --overwrite to start again")
+    return want["chunk"]
 
 
-def _first_nonfinite(inputs, outs, i):
-    for name, arr in list(inputs.items()) + list(outs.items()):
-        if not np.isfinite(arr[i]).all():
-            return name
-    return "?"
+def _differs(a, b):
+    return str(a) != str(b.decode() if isinstance(b, bytes) else b)

@@ -1,0 +1,156 @@
+"""The chunk pipeline of `adgrad run`: read chunk k+1 and write chunk k-1 while chunk k is computed.
+
+All h5py calls stay in the calling (main) thread; one worker thread runs the nogil kernel, the
+non-finite check and the exact sums. Three preallocated buffer sets rotate (one being read, one
+computed, one written), so memory is set by the chunk size, not by the file. Chunks are committed
+in order, so a stop or a crash leaves a prefix of finished chunks."""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+
+from ..errors import JobError
+from .exactsum import ExactSum
+
+SETS = 3        # buffer sets in flight: read, compute, write
+
+
+@dataclass
+class Plan:
+    """Rows [row_start, row_start + rows) of the input, in chunks of `chunk` rows."""
+    row_start: int
+    rows: int
+    chunk: int
+
+    @property
+    def chunks(self):
+        return -(-self.rows // self.chunk)
+
+    def bounds(self, k):
+        """Local rows [a, b) of chunk k."""
+        return k * self.chunk, min(self.rows, (k + 1) * self.chunk)
+
+
+@dataclass
+class Timings:
+    read: float = 0.0           # main thread, h5py reads
+    compute: float = 0.0        # worker thread: kernel, non-finite check, sums
+    write: float = 0.0          # main thread: h5py writes and commits
+    wait: float = 0.0           # main thread idle, waiting for the worker
+
+    def as_dict(self):
+        return dict(self.__dict__)
+
+
+@dataclass
+class Outcome:
+    points: int = 0             # computed in this call
+    stopped: bool = False       # by a stop request, at a chunk boundary
+    timings: Timings = field(default_factory=Timings)
+
+
+@dataclass
+class _Chunk:
+    bad: int                    # non-finite points
+    first_bad: tuple | None     # (local row, "input dataset '...'" or "output '...'")
+    sums: dict                  # name -> ExactSum of this chunk's rows
+    seconds: float
+
+
+@numba.njit(cache=True, nogil=True)
+def _mark_nonfinite(a, bad):
+    """bad[i] |= row i of a (n, k) holds a NaN or an infinity."""
+    for i in range(a.shape[0]):
+        if not bad[i]:
+            for j in range(a.shape[1]):
+                if not np.isfinite(a[i, j]):
+                    bad[i] = True
+                    break
+
+
+def _buffers(shapes, n):
+    return {name: np.empty((n,) + tuple(shape)) for name, shape in shapes.items()}
+
+
+def stream(kernel, reader, out, plan: Plan, threads: int, nan_error: bool, should_stop, on_chunk) -> Outcome:
+    """Compute chunks out.done .. plan.chunks - 1 of `plan` into `out`, committing each in order.
+
+    should_stop() is asked once per chunk; when true, the chunk just computed is written and committed
+    and nothing new starts. on_chunk(points_done, points_total) comes first and after every commit.
+    With nan_error a non-finite point raises JobError naming its row and dataset (chunks before it stay committed)."""
+    outcome = Outcome()
+    t = outcome.timings
+    first, n = out.done, plan.chunks
+    size = min(plan.chunk, max(plan.rows, 1))
+    in_shapes = {name: v.shape for name, v in kernel.graph.inputs.items()}
+    sets = [(_buffers(in_shapes, size), _buffers(kernel.output_shapes, size)) for _ in range(min(SETS, n - first))]
+    labels = [f"input dataset '{reader.datasets[k].name.lstrip('/')}'" for k in kernel.graph.inputs] + \
+             [f"output '{k}'" for k in kernel.output_shapes]
+    sums = out.sums
+    nan_points = out.nan_points
+
+    def compute(k):
+        t0 = time.perf_counter()
+        a, b = plan.bounds(k)
+        ins, outs = ({name: buf[: b - a] for name, buf in d.items()} for d in sets[k % SETS])
+        kernel.evaluate(ins, out=outs, threads=threads)
+        arrays = list(ins.values()) + list(outs.values())
+        bad = np.zeros(b - a, dtype=np.bool_)
+        for arr in arrays:
+            _mark_nonfinite(arr.reshape(b - a, -1), bad)
+        first_bad = None
+        if bad.any():
+            i = int(np.argmax(bad))
+            first_bad = (i, next(lab for lab, arr in zip(labels, arrays) if not np.isfinite(arr[i]).all()))
+        chunk_sums = {}
+        for name in kernel.reduced:
+            chunk_sums[name] = ExactSum(kernel.output_shapes[name])
+            chunk_sums[name].add(outs[name])
+        return _Chunk(int(bad.sum()), first_bad, chunk_sums, time.perf_counter() - t0)
+
+    def read(k):
+        t0 = time.perf_counter()
+        a, b = plan.bounds(k)
+        reader.read_into(plan.row_start + a, plan.row_start + b, sets[k % SETS][0])
+        t.read += time.perf_counter() - t0
+
+    on_chunk(min(first * plan.chunk, plan.rows), plan.rows)
+    with ThreadPoolExecutor(1, thread_name_prefix="adgrad-compute") as worker:
+        pending = {}
+        for k in range(first, min(n, first + 2)):
+            read(k)
+        if first < n:
+            pending[first] = worker.submit(compute, first)
+        for k in range(first, n):
+            t0 = time.perf_counter()
+            done = pending.pop(k).result()
+            t.wait += time.perf_counter() - t0
+            t.compute += done.seconds
+            a, b = plan.bounds(k)
+            if done.bad and nan_error:
+                row, where = done.first_bad
+                raise JobError(f"non-finite value at input row {plan.row_start + a + row} in {where} "
+                               f"(engine.nan: error); {out.path} keeps the {k} chunk(s) before it "
+                               f"(rows before {plan.row_start + a}) and is marked incomplete")
+            stopping = should_stop()
+            if k + 1 < n and not stopping:
+                pending[k + 1] = worker.submit(compute, k + 1)      # computes while we write and read
+            t0 = time.perf_counter()
+            out.write(a, b, sets[k % SETS][1])
+            for name, acc in done.sums.items():
+                sums[name].merge(acc)
+            nan_points += done.bad
+            out.commit(k + 1, nan_points, sums)
+            t.write += time.perf_counter() - t0
+            outcome.points += b - a
+            on_chunk(b, plan.rows)
+            if stopping:
+                outcome.stopped = k + 1 < n
+                break
+            if k + 2 < n:
+                read(k + 2)
+    return outcome

@@ -1,0 +1,35 @@
+"""SIGTERM (what a batch scheduler sends at the time limit) and Ctrl-C become a stop request that
+the job honours at the next chunk boundary, instead of killing it in the middle of a write."""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+
+class StopRequests:
+    def __init__(self):
+        self.signal = None      # name of the first signal received
+
+    def __call__(self):
+        return self.signal is not None
+
+    def _handle(self, signum, frame):
+        if self.signal is None:
+            self.signal = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def stop_on_signals(signals=(signal.SIGTERM, signal.SIGINT)):
+    """Yield a StopRequests that turns true once one of `signals` arrives; handlers are restored
+    afterwards. Outside the main thread (where Python cannot install handlers) it never turns true."""
+    requests = StopRequests()
+    if threading.current_thread() is not threading.main_thread():
+        yield requests
+        return
+    previous = {s: signal.signal(s, requests._handle) for s in signals}
+    try:
+        yield requests
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
