@@ -61,8 +61,12 @@ def _status(a):
     out = []
     if "complete" in a:
         done = int(a.get("chunks_done", 0))
-        total = _chunks_total(a)
-        out.append(f"  points    {int(a['points'])}; chunks done {done}" + (f" / {total}" if total else ""))
+        if "merged_from" in a:          # each shard chunked its own rows
+            progress = f"{done} in {len(json.loads(a['merged_from']))} shard(s)"
+        else:
+            total = _chunks_total(a)
+            progress = f"{done}" + (f" / {total}" if total else "")
+        out.append(f"  points    {int(a['points'])}; chunks done {progress}")
     else:
         ranges = json.loads(a.get("sample", "{}"))
         out.append(f"  points    {int(a['points'])}; seed {a.get('seed')}; uniform "
