@@ -1,6 +1,7 @@
 """The `adgrad` command group: one module per command, this file only wires them together."""
 import click
 
+from .bench import bench
 from .check import check
 from .explain import explain
 from .info import info
@@ -21,3 +22,4 @@ cli.add_command(explain)
 cli.add_command(sample)
 cli.add_command(merge)
 cli.add_command(info)
+cli.add_command(bench)

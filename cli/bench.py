@@ -1,0 +1,32 @@
+"""`adgrad bench CONFIG`: compute-only timings per kernel variant and mode, and compile times."""
+import click
+
+from adgrad.engine.runtime.bench import bench as run_bench
+from adgrad.engine.runtime.bench import format_table
+
+from .common import load_model_or_config, reports_errors
+
+
+@click.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--points", "m", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="Sampled points per timed call (from the model's sample: ranges, else [0, 1)).")
+@click.option("--repeat", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Timed calls per kernel after one warm-up call; the median is reported.")
+@click.option("--threads", type=click.IntRange(min=0), default=None,
+              help="Threads (default: engine.threads, 0 = all cores).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampled points.")
+@click.option("--compile-time/--no-compile-time", default=True, show_default=True,
+              help="Also time compilation, cold and cached, in fresh processes.")
+@reports_errors
+def bench(config, m, repeat, threads, seed, compile_time):
+    """Time the kernels of CONFIG (or of a model file: every output against every input) on M
+    sampled points, compute only (no HDF5): values only, then values and derivatives by the
+    config's modes and by forward, reverse and, where the model has hand-written derivatives,
+    manual mode. Prints ns/point and points/s, and compile time cold (empty caches) and cached."""
+    model, cfg = load_model_or_config(config)
+    report = run_bench(config, model, cfg, points=m, repeat=repeat, threads=threads or None, seed=seed,
+                       compile_time=compile_time)
+    click.echo(f"model {report.model}: {report.points} sampled points, {report.threads} thread(s), "
+               f"median of {report.repeat}, compute only")
+    click.echo(format_table(report.timings, report.compile_times))
