@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .lower import FUNCS, _Fail, _args, normalize_axes
+from .lower import FUNCS, _Fail, _args, array_and_axes, normalize_axes
 
 
 def _reshape(lw, node, x, shape):
@@ -49,28 +49,39 @@ def _matmul_fn(lw, node, env):
 
 
 def _einsum(lw, node, env):
+    """numpy's einsum: explicit ('ij,jk->ik') or implicit ('ij,jk': the letters used once, sorted)
+    output, '...' for leading axes that broadcast, size-1 axes broadcast, and a letter repeated in
+    one operand takes its diagonal. Lowered to one broadcast product reduced over the other letters."""
     if node.keywords or len(node.args) < 2:
         raise _Fail(node, "einsum('ij,jk->ik', A, B): a subscripts string, then the operands")
     spec = lw._static(node.args[0], env)
-    if not isinstance(spec, str) or "->" not in spec:
-        raise _Fail(node.args[0], "einsum: give explicit output subscripts, e.g. 'ij,jk->ik'")
+    if not isinstance(spec, str):
+        raise _Fail(node.args[0], "einsum: the first argument is a subscripts string such as 'ij,jk->ik'")
     ops = [lw._var(a, env) for a in node.args[1:]]
-    lhs, out = spec.replace(" ", "").split("->")
+    lhs, arrow, out = spec.replace(" ", "").partition("->")
     terms = lhs.split(",")
     if len(terms) != len(ops):
         raise _Fail(node, f"einsum: {len(terms)} operand subscripts but {len(ops)} operands")
+    for t in terms + [out]:
+        if not all(ch in _LETTERS for ch in t.replace("...", "", 1)):
+            raise _Fail(node.args[0], f"einsum: subscripts are letters with at most one '...', got '{t}'")
+    terms, ellipsis = _expand_ellipses(node, terms, ops)
+    if not arrow:
+        once = sorted(ch for ch in set("".join(terms)) if ch in _LETTERS and "".join(terms).count(ch) == 1)
+        out = ellipsis + "".join(once)
+    elif "..." in out:
+        out = out.replace("...", ellipsis)
+    elif ellipsis:
+        raise _Fail(node.args[0], "einsum: the operands' '...' axes need a '...' in the output subscripts")
     sizes = {}
-    for t, x in zip(terms, ops):
-        if not t.isalpha() and t:
-            raise _Fail(node.args[0], f"einsum: subscripts are letters, got '{t}'")
-        if len(t) != x.rank:
-            raise _Fail(node, f"einsum: subscripts '{t}' need an operand of rank {len(t)}, got shape {x.shape}")
-        if len(set(t)) != len(t):
-            raise _Fail(node.args[0], f"einsum: repeated subscript in '{t}' (diagonals) is not supported; "
-                                      f"use trace() or multiply by eye(n)")
+    for k, (t, x) in enumerate(zip(terms, ops)):
+        x, t = _diagonal(lw, node, x, t)
+        terms[k], ops[k] = t, x
         for ch, d in zip(t, x.shape):
-            if sizes.setdefault(ch, d) != d:
-                raise _Fail(node, f"einsum: subscript '{ch}' has sizes {sizes[ch]} and {d}")
+            known = sizes.setdefault(ch, d)
+            if d != known and 1 not in (d, known):
+                raise _Fail(node, f"einsum: subscript '{_shown(ch)}' has sizes {known} and {d}")
+            sizes[ch] = max(known, d)
     if len(set(out)) != len(out) or any(ch not in sizes for ch in out):
         raise _Fail(node.args[0], f"einsum: output subscripts '{out}' must be distinct letters of the inputs")
     letters = list(out) + [ch for ch in dict.fromkeys("".join(terms)) if ch not in out]
@@ -78,12 +89,55 @@ def _einsum(lw, node, env):
     for t, x in zip(terms, ops):
         present = [ch for ch in letters if ch in t]
         x = lw._emit(node, "transpose", x, perm=tuple(t.index(ch) for ch in present))
-        x = _reshape(lw, node, x, [sizes[ch] if ch in t else 1 for ch in letters])
+        x = _reshape(lw, node, x, [x.shape[present.index(ch)] if ch in t else 1 for ch in letters])
         total = x if total is None else lw._emit(node, "mul", total, x)
     full = tuple(sizes[ch] for ch in letters)
     if total.shape != full:
         total = lw._emit(node, "broadcast_to", total, shape=full)
     return lw._emit(node, "reduce_sum", total, axes=tuple(range(len(out), len(letters))))
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_ELLIPSIS_AXES = "".join(chr(0x3b1 + k) for k in range(24))    # stand-ins for the axes of '...' (Greek)
+
+
+def _shown(ch):
+    return "..." if ch in _ELLIPSIS_AXES else ch
+
+
+def _expand_ellipses(node, terms, ops):
+    """Each term with '...' spelled out in stand-in letters, aligned from the right as numpy
+    broadcasts them; and the stand-ins of the longest '...' (what an output '...' means)."""
+    width = 0
+    for t, x in zip(terms, ops):
+        named = len(t.replace("...", ""))
+        if ("..." in t and named > x.rank) or ("..." not in t and named != x.rank):
+            at_least = " at least" if "..." in t else ""
+            raise _Fail(node, f"einsum: subscripts '{t}' need an operand of rank{at_least} {named}, got shape {x.shape}")
+        if "..." in t:
+            width = max(width, x.rank - named)
+    stand_ins = _ELLIPSIS_AXES[:width]
+    return [t.replace("...", stand_ins[width - (x.rank - len(t) + 3):]) for t, x in zip(terms, ops)], stand_ins
+
+
+def _diagonal(lw, node, x, term):
+    """x, with subscripts `term` in which a letter may repeat, as its diagonal over each repeated
+    letter: one axis per distinct letter. The diagonal of d x d axes is a stride-(d + 1) view of
+    their d*d elements."""
+    while True:
+        ch = next((c for c in term if term.count(c) > 1), None)
+        if ch is None:
+            return x, term
+        i = term.index(ch)
+        j = term.index(ch, i + 1)
+        d = x.shape[i]
+        if x.shape[j] != d:
+            raise _Fail(node, f"einsum: subscript '{ch}' repeats over axes of sizes {d} and {x.shape[j]}")
+        keep = [a for a in range(x.rank) if a not in (i, j)]
+        x = lw._emit(node, "transpose", x, perm=tuple(keep) + (i, j))
+        x = _reshape(lw, node, x, x.shape[:-2] + (d * d,))
+        x = lw._emit(node, "getitem", x, index=tuple((0, n, 1) for n in x.shape[:-1]) + ((0, d * d, d + 1),))
+        term = "".join(term[a] for a in keep) + ch
 
 
 def _outer(lw, node, env):
@@ -176,15 +230,22 @@ def _stack(lw, node, env):
     return stack(lw, node, parts, axis)
 
 
+CLOSED_FORM = 4     # det and inv up to this size are unrolled cofactor forms
+LARGEST = 16        # above CLOSED_FORM, unrolled elimination: n steps of O(n) tensor ops each
+
+
 def _square_matrix(lw, node, env, name):
     (a,) = _args(lw, node, env, 1)
     if a.rank != 2 or a.shape[0] != a.shape[1]:
         raise _Fail(node, f"{name}: expects a square matrix, got shape {a.shape}")
-    if a.shape[0] > 4:
-        raise _Fail(node, f"{name}: matrices larger than 4x4 are not supported yet, got {a.shape}")
+    if a.shape[0] > LARGEST:
+        raise _Fail(node, f"{name}: matrices larger than {LARGEST}x{LARGEST} are not supported, got shape {a.shape}")
+    return a
+
+
+def _entries(lw, node, a):
     n = a.shape[0]
-    entries = [[lw._emit(node, "getitem", a, index=(i, j)) for j in range(n)] for i in range(n)]
-    return a, entries
+    return [[lw._emit(node, "getitem", a, index=(i, j)) for j in range(n)] for i in range(n)]
 
 
 def _det_entries(lw, node, m):
@@ -203,13 +264,23 @@ def _det_entries(lw, node, m):
 
 
 def _det(lw, node, env):
-    _, m = _square_matrix(lw, node, env, "det")
-    return _det_entries(lw, node, m)
+    a = _square_matrix(lw, node, env, "det")
+    if a.shape[0] <= CLOSED_FORM:
+        return _det_entries(lw, node, _entries(lw, node, a))
+    pivots, sign, _ = _eliminate(lw, node, a, a.shape[0], jordan=False)
+    total = sign
+    for p in pivots:
+        total = lw._emit(node, "mul", total, p)
+    return total
 
 
 def _inv(lw, node, env):
-    a, m = _square_matrix(lw, node, env, "inv")
-    n = len(m)
+    a = _square_matrix(lw, node, env, "inv")
+    n = a.shape[0]
+    if n > CLOSED_FORM:
+        _, _, inverse = _eliminate(lw, node, concatenate(lw, node, [a, _constant(lw, np.eye(n))], 1), n, jordan=True)
+        return inverse
+    m = _entries(lw, node, a)
     det = _det_entries(lw, node, m)
     rows = []
     for i in range(n):          # inv[i][j] = cofactor(j, i) / det
@@ -224,23 +295,68 @@ def _inv(lw, node, env):
     return stack(lw, node, rows)
 
 
+def _constant(lw, value):
+    return lw.b.emit("array", data=tuple(np.ravel(value).tolist()), shape=np.shape(value))
+
+
+def _part(lw, node, x, *items):
+    """x[items] for ints and Python slices (a getitem with normalized ranges)."""
+    index = tuple(i.indices(d) if isinstance(i, slice) else i for i, d in zip(items, x.shape))
+    return lw._emit(node, "getitem", x, index=index + tuple((0, d, 1) for d in x.shape[len(items):]))
+
+
+def _column(lw, node, v):
+    return _reshape(lw, node, v, (v.size, 1))
+
+
+def _pivot_choice(lw, node, col, top):
+    """1.0 at the first row, from `top` on, of the largest |col| entry, 0.0 elsewhere (partial
+    pivoting). Made of comparisons, it is a constant to differentiation: the derivative is that of
+    the row exchange taken, as at any other branch."""
+    n = col.size
+    mag = lw._emit(node, "abs", col)
+    if top:                     # rows above top are already pivots: -1 never wins
+        eligible = lw._emit(node, "ge", _constant(lw, np.arange(n, dtype=float)), float(top))
+        mag = lw._emit(node, "select", eligible, mag, -1.0)
+    hit = lw._emit(node, "eq", mag, lw._emit(node, "reduce_max", mag, axes=(0,)))
+    earlier = lw._emit(node, "reduce_sum", _constant(lw, np.tri(n, k=-1)) * lw._emit(node, "select", hit, 1.0, 0.0),
+                       axes=(1,))      # hits before each row
+    first = lw._emit(node, "and", hit, lw._emit(node, "eq", earlier, 0.0))
+    return lw._emit(node, "select", first, 1.0, 0.0)
+
+
+def _eliminate(lw, node, m, steps, jordan):
+    """Gaussian elimination with partial pivoting, unrolled over the first `steps` columns of m.
+    Each step's pivot column is column 0 of the working matrix, which drops it after use. LU
+    (jordan=False) also drops the pivot row, leaving the trailing block; Gauss-Jordan eliminates
+    every row and normalizes the pivot row, so [A | I] becomes inv(A).
+    Returns the pivots, the sign of the row permutation and the working matrix left over."""
+    sign, pivots = lw.b.const(1.0), []
+    for k in range(steps):
+        rows = m.shape[0]
+        top = k if jordan else 0
+        e_top = _constant(lw, np.eye(rows)[top])
+        if rows - top > 1:      # exchange rows top and p: m += (p - e_top) (m[top] - m[p])
+            p = _pivot_choice(lw, node, _part(lw, node, m, slice(None), 0), top)
+            pivot_row = lw._emit(node, "reduce_sum", _column(lw, node, p) * m, axes=(0,))
+            m = m + _column(lw, node, p - e_top) * (_part(lw, node, m, top) - pivot_row)
+            sign = sign * (2.0 * _part(lw, node, p, top) - 1.0)
+        piv = _part(lw, node, m, top, 0)
+        pivots.append(piv)
+        if jordan:
+            normalized = _part(lw, node, m, top, slice(1, None)) / piv
+            m = _part(lw, node, m, slice(None), slice(1, None)) - \
+                _column(lw, node, _part(lw, node, m, slice(None), 0) - e_top) * normalized
+        elif rows > 1:          # a zero pivot means a zero column (LAPACK's getrf leaves it, det is 0)
+            safe = lw._emit(node, "select", lw._emit(node, "eq", piv, 0.0), 1.0, piv)
+            factors = _part(lw, node, m, slice(1, None), 0) / safe
+            m = _part(lw, node, m, slice(1, None), slice(1, None)) - \
+                _column(lw, node, factors) * _part(lw, node, m, 0, slice(1, None))
+    return pivots, sign, m
+
+
 def _keepdims(lw, node, r, x, axes):
     return _reshape(lw, node, r, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
-
-
-def _axis_arg(lw, node, env, default):
-    if len(node.args) != 1:
-        raise _Fail(node, f"{node.func.id}(x, axis=k)")
-    x = lw._var(node.args[0], env)
-    axis = default
-    for kw in node.keywords:
-        if kw.arg != "axis":
-            raise _Fail(kw, f"{node.func.id}(): unknown keyword '{kw.arg}'")
-        axis = lw._static(kw.value, env)
-    if x.rank == 0:
-        raise _Fail(node, f"{node.func.id}: expects an array, got a scalar")
-    axes = tuple(range(x.rank)) if axis is None else normalize_axes(node, axis, x.rank)
-    return x, axes
 
 
 def _shifted_exp(lw, node, x, axes):
@@ -251,14 +367,14 @@ def _shifted_exp(lw, node, x, axes):
 
 
 def _softmax(lw, node, env):
-    x, axes = _axis_arg(lw, node, env, -1)
+    x, axes = array_and_axes(lw, node, env, -1)
     _, z = _shifted_exp(lw, node, x, axes)
     s = lw._emit(node, "reduce_sum", z, axes=axes)
     return lw._emit(node, "div", z, _keepdims(lw, node, s, x, axes))
 
 
 def _logsumexp(lw, node, env):
-    x, axes = _axis_arg(lw, node, env, None)
+    x, axes = array_and_axes(lw, node, env)
     mx, z = _shifted_exp(lw, node, x, axes)
     return lw._emit(node, "add", mx, lw._emit(node, "log", lw._emit(node, "reduce_sum", z, axes=axes)))
 

@@ -319,17 +319,23 @@ def _where(lw, node, env):
 FUNCS["where"] = _where
 
 
+def array_and_axes(lw, node, env, default=None):
+    """The array and the normalized axes of a call `f(x)` or `f(x, axis=k)` (k an int or a tuple;
+    `default` when no axis is given, None meaning every axis)."""
+    if len(node.args) != 1:
+        raise _Fail(node, f"{node.func.id}() takes one array argument (and optionally axis=...)")
+    x = lw._var(node.args[0], env)
+    axis = default
+    for kw in node.keywords:
+        if kw.arg != "axis":
+            raise _Fail(kw, f"{node.func.id}(): unknown keyword '{kw.arg}'")
+        axis = lw._static(kw.value, env)
+    return x, tuple(range(x.rank)) if axis is None else normalize_axes(node, axis, x.rank)
+
+
 def _reduction(kind):
     def lower(lw, node, env):
-        if len(node.args) != 1:
-            raise _Fail(node, f"{node.func.id}() takes one array argument (and optionally axis=...)")
-        x = lw._var(node.args[0], env)
-        axis = None
-        for kw in node.keywords:
-            if kw.arg != "axis":
-                raise _Fail(kw, f"{node.func.id}(): unknown keyword '{kw.arg}'")
-            axis = lw._static(kw.value, env)
-        axes = tuple(range(x.rank)) if axis is None else normalize_axes(node, axis, x.rank)
+        x, axes = array_and_axes(lw, node, env)
         if kind == "mean":
             n = math.prod(x.shape[a] for a in axes)
             return lw._emit(node, "div", lw._emit(node, "reduce_sum", x, axes=axes), n)
@@ -368,8 +374,9 @@ def _dot(lw, node, env):
 
 
 def _norm(lw, node, env):
-    (x,) = _args(lw, node, env, 1)
-    return lw._emit(node, "sqrt", lw._emit(node, "reduce_sum", lw._emit(node, "square", x), axes=tuple(range(x.rank))))
+    """The 2-norm over `axis` (default: all elements, the Frobenius norm of a matrix)."""
+    x, axes = array_and_axes(lw, node, env)
+    return lw._emit(node, "sqrt", lw._emit(node, "reduce_sum", lw._emit(node, "square", x), axes=axes))
 
 
 FUNCS["dot"] = _dot
