@@ -11,7 +11,8 @@ from .common import is_config, reports_errors
 @click.argument("model_or_config", type=click.Path(dir_okay=False))
 @click.option("-n", "--points", "n", type=click.IntRange(min=0), required=True, help="Number of points M.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="HDF5 file to write.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of numpy's default_rng.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of numpy's SeedSequence.")
 @click.option("--low", type=float, default=None,
               help="Lower end of every input's range (default: the model's sample: block, else 0).")
 @click.option("--high", type=float, default=None,
@@ -25,8 +26,6 @@ def sample(model_or_config, n, output, seed, low, high, chunk, overwrite):
 
     With a config, dataset names follow its input.datasets, and the directions and cotangents of
     its jvp/vjp requests are written too, so `adgrad run` can read the file as its input."""
-    if seed < 0:
-        raise click.BadParameter("must be non-negative", param_hint="--seed")
     config = load_config_file(model_or_config) if is_config(model_or_config) else None
     model = config.model if config else load_model_file(model_or_config)
     cols = sampling.columns(model, config, low, high)
