@@ -1,6 +1,7 @@
 """A real SLURM run of configs/slurm/: a single-node cluster (munged, slurmctld, slurmd) brought up in a
 temporary directory, the 4-task array over a sampled file and the dependent merge job submitted with
-submit.sh, and the merged file compared, bit for bit, with a run without shards.
+submit.sh, and the merged file compared, bit for bit, with a run without shards; then a lost shard
+recomputed by a one-task array (ADGRAD_SHARDS=4) and merged again.
 
 Needs root and Debian's slurmctld, slurmd, slurm-client and munge (.ci/run installs them); skipped,
 with the reason shown, where they are missing."""
@@ -154,22 +155,45 @@ def test_array_then_merge_equals_single_run(cluster, tmp_path):
     assert submit.returncode == 0, submit.stderr
     array, merge = submit.stdout.split()
 
+    wait_merged(env, d, tmp_path, array, merge, tasks=4)
+    assert_same(tmp_path / "single.h5", tmp_path / "out" / "eam.h5")
+
+    # a lost shard is recomputed by a one-task array that names N, then merged again
+    (tmp_path / "out" / "eam.shard2of4.h5").unlink()
+    (tmp_path / "out" / "eam.h5").unlink()
+    array = sbatch(env, tmp_path, "--array=2", work / "slurm" / "array.sbatch", config, "out/eam.h5",
+                   ADGRAD_SHARDS="4")
+    merge = sbatch(env, tmp_path, f"--dependency=afterok:{array}", work / "slurm" / "merge.sbatch", "out/eam.h5", "4")
+    wait_merged(env, d, tmp_path, array, merge, tasks=1)
+    assert_same(tmp_path / "single.h5", tmp_path / "out" / "eam.h5")
+
+
+def sbatch(env, cwd, *args, **extra_env):
+    res = subprocess.run([program("sbatch"), "--parsable", *map(str, args)], env={**env, **extra_env}, cwd=cwd,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip().split(";")[0]
+
+
+def wait_merged(env, d, cwd, array, merge, tasks):
+    """Wait for the merge job; it must have completed after `tasks` array tasks and merged 4 shards."""
     def finished():
         state, _ = job_state(env, merge)
         return state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
-    logs = sorted(tmp_path.glob("adgrad-*.log")) + [d / "slurmctld.out"]
-    wait_for("the array and the merge job", finished, 50, logs)
-    logs = sorted(tmp_path.glob("adgrad-*.log"))
+    wait_for("the array and the merge job", finished, 50, sorted(cwd.glob("adgrad-*.log")) + [d / "slurmctld.out"])
+    logs = sorted(cwd.glob(f"adgrad-{array}_*.log")) + sorted(cwd.glob(f"adgrad-merge-{merge}.log"))
     report = "\n".join(f"--- {p.name}\n{p.read_text()}" for p in logs)
     assert job_state(env, merge) == ("COMPLETED", "0:0"), report
-    assert len([p for p in logs if p.name.startswith(f"adgrad-{array}_")]) == 4, report
-    assert "4 shard(s), 2000 points" in report and "merged from 4 shard(s), complete" in report
+    assert len(logs) == tasks + 1, report
+    assert f"4 shard(s), {M} points" in report and "merged from 4 shard(s), complete" in report
 
-    single, merged = read(tmp_path / "single.h5"), read(tmp_path / "out" / "eam.h5")
+
+def assert_same(single_path, merged_path):
+    single, merged = read(single_path), read(merged_path)
     names = ["E", "_adgrad/exact/dE_dalpha_sum", "dE_dalpha_sum", "dE_dx"]
     assert sorted(merged) == names
     for name in names:
         assert merged[name].tobytes() == single[name].tobytes(), name
-    with h5py.File(tmp_path / "out" / "eam.h5", "r") as f:
+    with h5py.File(merged_path, "r") as f:
         assert f["dE_dx"].is_virtual and f.attrs["complete"] and f.attrs["points"] == M
         assert f.attrs["threads"] == 1          # array.sbatch: --threads from --cpus-per-task
