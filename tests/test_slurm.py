@@ -19,7 +19,7 @@ import h5py
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol")
+PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo", "scontrol", "scancel")
 M = 2000
 
 missing = [p for p in PROGRAMS if shutil.which(p) is None and not os.path.exists(f"/usr/sbin/{p}")]
@@ -114,6 +114,8 @@ def cluster(tmp_path_factory):
         wait_for("the node to be idle", idle, 30, logs)
         yield env, d
     finally:
+        if len(procs) == 3:             # jobs still running (a failed test) end with the cluster
+            subprocess.run([program("scancel"), "--user", "root"], env=env, capture_output=True, timeout=10)
         for p in reversed(procs):
             p.terminate()
         for p in procs:
