@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 
 import h5py
 
@@ -14,18 +14,23 @@ from ..errors import DataError
 def atomic_h5(path):
     """Yield an h5py.File opened for writing at a temporary path in `path`'s directory; on success it is
     closed and renamed to `path` (os.replace, atomic on one file system); on any failure, including
-    Ctrl-C, it is removed, so `path` is either the old file or the complete new one."""
-    directory = os.path.dirname(os.path.abspath(path))
+    Ctrl-C, it is removed, so `path` is either the old file or the complete new one. The file gets the
+    usual permissions (0666 less the umask), as h5py.File(path, "w") would give it."""
+    directory, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+        f = h5py.File(tmp, "x")         # "x": never clobbers another process's temporary file
     except OSError as exc:
-        raise DataError(f"{path}: cannot create output file ({exc.strerror})") from None
-    os.close(fd)
+        raise DataError(f"{path}: cannot create output file ({_reason(exc)})") from None
     try:
-        with h5py.File(tmp, "w") as f:
+        with f:
             yield f
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
         raise
+
+
+def _reason(exc):
+    return os.strerror(exc.errno) if exc.errno else str(exc)
