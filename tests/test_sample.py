@@ -3,6 +3,7 @@ memory, and a sampled file that `adgrad run` accepts."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +78,9 @@ def test_model_datasets_shapes_ranges_and_provenance(work):
     assert 0 <= v.min() < 0.01 and 0.99 < v.max() < 1
     assert 0.5 <= F.min() < 0.51 and 1.49 < F.max() < 1.5
     assert list(work.iterdir()).count(out) == 1 and not list(work.glob(".*tmp"))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask      # not a temporary file's 0600
 
 
 def test_low_high_override_every_input(work):
