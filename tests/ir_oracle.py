@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from adgrad.engine.api import _derive
+from adgrad.engine.api import _derive, compile_model
 from adgrad.engine.ir.core import Builder, Graph
 from adgrad.engine.ir.interp import interpret
 
@@ -46,3 +46,16 @@ def assert_close_to_fd(got, fd, values=(), msg=""):
     among the derivative and the `values` differenced (whose rounding the differences inherit)."""
     scale = max([1.0] + [float(np.max(np.abs(a), initial=0.0)) for a in (fd, *values)])
     np.testing.assert_allclose(got, fd, rtol=1e-5, atol=1e-6 * scale, err_msg=msg)
+
+
+def assert_compiled_matches(model, requests, mode, points):
+    """compile_model(model, requests, mode) evaluated at `points` ({name: (M, *shape)}) equals the
+    interpreted derivative graph point by point (rtol 1e-11), values and derivatives."""
+    out = compile_model(model, requests, mode=mode).evaluate(points)
+    g = derivative_graph(model, requests, mode)
+    m = next(iter(points.values())).shape[0]
+    for i in range(m):
+        want = interpret(g, {n: v[i] for n, v in points.items()}, model.param_values)
+        for name, w in want.items():
+            np.testing.assert_allclose(out[name][i], w, rtol=1e-11, atol=1e-13 * max(1.0, np.abs(w).max()),
+                                       err_msg=f"{model.name}: {name} at point {i}: compiled != interpreted")
