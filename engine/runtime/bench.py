@@ -2,7 +2,8 @@
 
 Each variant (values only; values and derivatives by the config's modes, then by forward, reverse
 and, where the model has hand-written derivatives, manual mode) is compiled once, run once to warm
-up, then timed `repeat` times into preallocated arrays; the median is reported. Compile time is
+up, then timed `repeat` times into preallocated arrays, the variants taking turns; the median is
+reported. Compile time is
 measured in fresh processes: cold with empty adgrad and numba caches, then cached from those."""
 from __future__ import annotations
 
@@ -68,22 +69,24 @@ def _manual(model, req):
 
 
 def time_kernels(model: LoadedModel, inputs: dict, derivatives, mode="auto", values=None, repeat=5):
-    """Timing of every variant on `inputs` (name -> (M, *shape)) with numba's current thread count."""
+    """Timing of every variant on `inputs` (name -> (M, *shape)) with numba's current thread count.
+    Repeats are interleaved across the variants, so a change in the machine's load (other processes
+    on shared cores) spreads over all of them instead of skewing one."""
     m = next(iter(inputs.values())).shape[0]
-    rows = []
+    runs = []
     for label, derivs, md, vals in variants(model, derivatives, mode, values):
         kernel = compile_model(model, derivs, mode=md, values=vals)
         args = {n: inputs[n] for n in kernel.graph.inputs}
         out = {n: np.empty((m,) + s) for n, s in kernel.output_shapes.items() if n not in kernel.reduced}
         kernel.evaluate(args, out=out)                      # warm-up: caches, page faults
-        times = []
-        for _ in range(repeat):
+        runs.append((label, kernel, args, out, []))
+    for _ in range(repeat):
+        for _, kernel, args, out, times in runs:
             t = time.perf_counter()
             kernel.evaluate(args, out=out)
             times.append(time.perf_counter() - t)
-        modes = ", ".join(f"{k}: {v}" for k, v in kernel.modes.items()) or "-"
-        rows.append(Timing(label, modes, statistics.median(times), m))
-    return rows
+    return [Timing(label, ", ".join(f"{k}: {v}" for k, v in kernel.modes.items()) or "-",
+                   statistics.median(times), m) for label, kernel, _, _, times in runs]
 
 
 def sampled_inputs(model: LoadedModel, config, points: int, seed: int) -> dict:
