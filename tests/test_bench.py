@@ -75,3 +75,10 @@ def test_model_without_manual_rule_and_errors(tmp_path):
     (tmp_path / "bad.yaml").write_text("adgrad: 1\nmodel: m.yaml\nmode: sideways\n")
     res = invoke("bench", tmp_path / "bad.yaml")
     assert res.exit_code == 2 and res.stderr.startswith(f"error: {tmp_path / 'bad.yaml'}:3:7: mode: 'sideways'")
+
+
+def test_help():
+    text = " ".join(invoke("bench", "--help").output.split())
+    for words in ("Time the kernels of CONFIG", "ns/point", "--points", "--repeat", "--threads", "--seed",
+                  "--no-compile-time"):
+        assert words in text

@@ -125,3 +125,9 @@ def test_bad_files(tmp_path):
     assert res.exit_code == 2
     assert res.stderr == f"error: {tmp_path / 'other.h5'}: not an adgrad file (no adgrad_version attribute)\n"
     assert not os.path.exists(tmp_path / "none.h5")
+
+
+def test_help():
+    text = " ".join(invoke("info", "--help").output.split())
+    for words in ("Summarize an output, shard, merged or sampled FILE", "--no-text", "virtual source"):
+        assert words in text

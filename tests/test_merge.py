@@ -236,3 +236,9 @@ def test_more_shards_than_points(tmp_path):
         data, _ = read(tmp_path / "m.h5")
         for name in ("E", "dE_dx", "dE_da_sum", "_adgrad/exact/dE_da_sum"):
             assert data[name].tobytes() == ref[name].tobytes(), (flag, name)
+
+
+def test_help():
+    text = " ".join(invoke("merge", "--help").output.split())
+    for words in ("Join shard outputs", "virtual datasets", "relative to OUT's directory", "--copy", "--overwrite"):
+        assert words in text

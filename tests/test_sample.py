@@ -167,3 +167,10 @@ def test_memory_does_not_grow_with_points(tmp_path):
     small, large = peak_kib(10_000), peak_kib(500_000)      # 4 MB and 200 MB of samples
     assert (tmp_path / "500000.h5").stat().st_size > 200e6
     assert large - small < 30_000, (small, large)           # KiB
+
+
+def test_help():
+    text = " ".join(invoke("sample", "--help").output.split())
+    for words in ("Write M points, uniform", "--points", "--output", "--seed", "--low", "--high", "--chunk",
+                  "--overwrite", "input.datasets"):
+        assert words in text
