@@ -124,16 +124,15 @@ def _same(a, b):
 
 
 def _layout_diff(mine, theirs):
-    names = sorted(set(mine) | set(theirs))
-    for n in names:
+    """The first difference between two {name: (shape, dtype)} layouts, in words."""
+    for n in sorted(set(mine) | set(theirs)):
         if n not in theirs:
             return f"extra dataset '{n}'"
         if n not in mine:
             return f"dataset '{n}' is missing"
         if mine[n] != theirs[n]:
             (s1, d1), (s2, d2) = mine[n], theirs[n]
-            return f"dataset '{n}' is {d1} {tuple(s1)} per row here, {d2} {tuple(s2)} there"
-    return "?"
+            return f"dataset '{n}' is {d1} {tuple(s1)} here, {d2} {tuple(s2)} there (shape per row for per-point data)"
 
 
 @dataclass
