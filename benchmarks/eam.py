@@ -25,9 +25,6 @@ Run from anywhere:
 If adgrad cannot be imported, the hand-written rows are still printed.
 """
 import argparse
-import platform
-import shlex
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -36,14 +33,16 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from _harness import (KERNEL_OPTS, SPREAD_NOTE, add_timing_options, environment, max_rel_err,
+                      print_command, time_calls)
+
 MODEL_PATH = Path(__file__).resolve().parent.parent / "configs" / "eam_model.yaml"
 DEFAULT_N = (100, 1000)
 ELEMENTS = {False: 100_000_000, True: 2_000_000}   # default M * N, full and --quick
-FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
-KERNEL_OPTS = dict(parallel=True, nogil=True, fastmath=FASTMATH, cache=False)
 
 REF_VALUE = "hand value"
 REF_GRAD = "hand value+grad"
+TINY = np.finfo(float).tiny     # relative errors divide by |reference| (E and dE/dx are never 0)
 
 
 # ---------------------------------------------------------------- hand-written kernels
@@ -132,44 +131,13 @@ def adgrad_runners(M, N):
 
 # ---------------------------------------------------------------- timing and checks
 
-def time_calls(runners, X, repeats):
-    """Warm up every kernel once, then time `repeats` rounds that call each kernel once in turn
-    (interleaved, so slow drifts of a shared machine hit all kernels alike).
-    Returns name -> (warm-up seconds, median seconds, (max - min) / median)."""
-    warm, times = {}, {name: [] for name in runners}
-    for name, (fn, _) in runners.items():
-        t0 = time.perf_counter()
-        fn(X)
-        warm[name] = time.perf_counter() - t0
-    for _ in range(repeats):
-        for name, (fn, _) in runners.items():
-            t0 = time.perf_counter()
-            fn(X)
-            times[name].append(time.perf_counter() - t0)
-    result = {}
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        result[name] = (warm[name], med, (max(ts) - min(ts)) / med)
-    return result
-
-
-def max_rel_err(a, b, rows=20_000):
-    """max |a - b| / |b| elementwise, computed in row blocks to bound memory."""
-    worst = 0.0
-    for s in range(0, len(b), rows):
-        bb = b[s:s + rows]
-        err = np.abs(a[s:s + rows] - bb) / np.maximum(np.abs(bb), np.finfo(float).tiny)
-        worst = max(worst, float(err.max()))
-    return worst
-
-
 def check_hand(X, outs, rows=2000, tol=1e-12):
     """The hand-written value and gradient agree with numpy to `tol` relative (first `rows` points)."""
     E_np, G_np = numpy_value_grad(X[:rows])
     errs = {
-        "value E": max_rel_err(outs[REF_VALUE]["E"][:rows], E_np),
-        "value+grad E": max_rel_err(outs[REF_GRAD]["E"][:rows], E_np),
-        "value+grad dE_dx": max_rel_err(outs[REF_GRAD]["dE_dx"][:rows], G_np),
+        "value E": max_rel_err(outs[REF_VALUE]["E"][:rows], E_np, TINY),
+        "value+grad E": max_rel_err(outs[REF_GRAD]["E"][:rows], E_np, TINY),
+        "value+grad dE_dx": max_rel_err(outs[REF_GRAD]["dE_dx"][:rows], G_np, TINY),
     }
     for what, err in errs.items():
         print(f"  check hand {what} vs numpy: max rel err {err:.2e}")
@@ -183,7 +151,7 @@ def check_adgrad(outs):
              ("adgrad value+grad", "dE_dx", REF_GRAD)]
     for name, key, ref in pairs:
         if name in outs:
-            err = max_rel_err(outs[name][key], outs[ref][key])
+            err = max_rel_err(outs[name][key], outs[ref][key], TINY)
             print(f"  check {name} {key} vs {ref}: max rel err {err:.2e}")
 
 
@@ -200,7 +168,7 @@ def bench_size(N, M, repeats):
     else:
         runners.update(ad)
     rows, outs = [], {}
-    for name, (warm, med, spread) in time_calls(runners, X, repeats).items():
+    for name, (warm, med, spread) in time_calls(runners, (X,), repeats).items():
         extra = f", compile_model {info[name]:.2f} s" if ad is not None and name in info else ""
         print(f"  {name}: first call (incl. numba compile) {warm:.3f} s{extra}")
         rows.append((N, M, name, med / M * 1e9, spread))
@@ -232,9 +200,7 @@ def parse_sizes(items, quick):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--threads", type=int, default=numba.config.NUMBA_NUM_THREADS,
-                   help="numba threads for every kernel (default: all cores)")
-    p.add_argument("--repeats", type=int, default=5, help="timed calls per kernel (median)")
+    add_timing_options(p)
     p.add_argument("--quick", action="store_true", help="small M for a smoke run")
     p.add_argument("--sizes", nargs="+", metavar="N[xM]",
                    help="sizes to run, e.g. 100 1000x50000 (default: 100 and 1000)")
@@ -242,15 +208,13 @@ def main(argv=None):
 
     numba.set_num_threads(args.threads)
     sizes = parse_sizes(args.sizes, args.quick)
-    print("command: " + shlex.join([sys.executable] + sys.argv))
+    print_command()
     rows = []
     for n, m in sizes:
         rows += bench_size(n, m, args.repeats)
-    print(f"\nnumba {numba.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
-          f"threading layer {numba.threading_layer()}, threads {numba.get_num_threads()}, "
-          f"SVML {numba.config.USING_SVML}, {platform.processor() or platform.machine()}")
+    print("\n" + environment())
     print_table(rows)
-    print("spread = (max - min) / median of the timed calls")
+    print(SPREAD_NOTE)
 
 
 if __name__ == "__main__":

@@ -22,11 +22,6 @@ ADGRAD_CACHE_DIR) and cached.
 """
 import argparse
 import json
-import os
-import platform
-import shlex
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,9 +31,10 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from _harness import (KERNEL_OPTS, SPREAD_NOTE, add_timing_options, compile_times, environment, max_rel_err,
+                      print_command, print_compile_table, print_first_calls, time_calls)
+
 IN, OUT, BATCH = 16, 8, 32
-FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
-KERNEL_OPTS = dict(parallel=True, nogil=True, fastmath=FASTMATH, cache=False)
 BLOCK = 256          # points per prange iteration of the hand kernel (scratch allocated per block)
 TARGET = 1.3
 
@@ -178,60 +174,28 @@ print(t2 - t1, t3 - t2)
 """ % (IN, BATCH, OUT, BATCH)
 
 
-def compile_times(paths):
-    """name -> [(compile_model s, first call s) cold, same cached], each in a fresh subprocess."""
-    res = {}
-    with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, ADGRAD_CACHE_DIR=cache)
-        for form, path in paths.items():
-            for what, (derivs, mode) in REQUESTS.items():
-                runs = []
-                for _ in range(2):
-                    p = subprocess.run([sys.executable, "-c", COMPILE_SNIPPET, str(path), repr(derivs), mode],
-                                       env=env, capture_output=True, text=True, check=True)
-                    runs.append(tuple(float(x) for x in p.stdout.split()))
-                res[f"adgrad {form} {what}"] = runs
-    return res
+def compile_jobs(paths):
+    return {f"adgrad {form} {what}": [COMPILE_SNIPPET, str(path), repr(derivs), mode]
+            for form, path in paths.items() for what, (derivs, mode) in REQUESTS.items()}
 
 
 # ---------------------------------------------------------------- timing and checks
 
-def time_calls(runners, X, Z, repeats):
-    warm, times = {}, {name: [] for name in runners}
-    for name, (fn, _) in runners.items():
-        t0 = time.perf_counter()
-        fn(X, Z)
-        warm[name] = time.perf_counter() - t0
-    for _ in range(repeats):
-        for name, (fn, _) in runners.items():
-            t0 = time.perf_counter()
-            fn(X, Z)
-            times[name].append(time.perf_counter() - t0)
-    return {name: (warm[name], statistics.median(ts), (max(ts) - min(ts)) / statistics.median(ts))
-            for name, ts in times.items()}
-
-
-def max_rel_err(a, b, rows=10_000):
-    """max |a - b| / max(|b|, 1e-3 * max|b|) elementwise, in row blocks."""
-    floor = 1e-3 * float(np.abs(b).max())
-    worst = 0.0
-    for s in range(0, len(b), rows):
-        bb = b[s:s + rows]
-        err = np.abs(a[s:s + rows] - bb) / np.maximum(np.abs(bb), floor)
-        worst = max(worst, float(err.max()))
-    return worst
+def rel_err(a, b):
+    """Relative to max(|b|, 1e-3 max|b|): dS/dX has entries near 0."""
+    return max_rel_err(a, b, 1e-3 * float(np.abs(b).max()))
 
 
 def check(outs, X, Z, tol=1e-10, rows=2000):
     S_np, D_np = numpy_value_grad(X[:rows], Z[:rows])
-    errs = [("hand value S vs numpy", max_rel_err(outs["hand value"]["S"][:rows], S_np), 1e-12),
-            ("hand value+grad S vs numpy", max_rel_err(outs["hand value+grad"]["S"][:rows], S_np), 1e-12),
-            ("hand value+grad dS_dX vs numpy", max_rel_err(outs["hand value+grad"]["dS_dX"][:rows], D_np), 1e-12)]
+    errs = [("hand value S vs numpy", rel_err(outs["hand value"]["S"][:rows], S_np), 1e-12),
+            ("hand value+grad S vs numpy", rel_err(outs["hand value+grad"]["S"][:rows], S_np), 1e-12),
+            ("hand value+grad dS_dX vs numpy", rel_err(outs["hand value+grad"]["dS_dX"][:rows], D_np), 1e-12)]
     for name, out in outs.items():
         if name.startswith("adgrad"):
             ref = "hand value+grad" if name.endswith("grad") else "hand value"
             for key in out:
-                errs.append((f"{name} {key} vs {ref}", max_rel_err(out[key], outs[ref][key]), tol))
+                errs.append((f"{name} {key} vs {ref}", rel_err(out[key], outs[ref][key]), tol))
     for what, err, t in errs:
         print(f"  check {what}: max rel err {err:.2e} (tol {t:.0e})")
         if not err <= t:
@@ -242,8 +206,7 @@ def check(outs, X, Z, tol=1e-10, rows=2000):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--threads", type=int, default=numba.config.NUMBA_NUM_THREADS)
-    p.add_argument("--repeats", type=int, default=5, help="timed calls per kernel (median)")
+    add_timing_options(p)
     p.add_argument("--quick", action="store_true", help="M = 5,000")
     p.add_argument("--points", type=int, help="M (default 100,000, or 5,000 with --quick)")
     p.add_argument("--no-compile-times", action="store_true", help="skip the cold/cached subprocesses")
@@ -251,7 +214,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     M = args.points or (5_000 if args.quick else 100_000)
     numba.set_num_threads(args.threads)
-    print("command: " + shlex.join([sys.executable] + sys.argv))
+    print_command()
     print(f"\nseed 001: IN={IN}, OUT={OUT}, BATCH={BATCH}, M={M:,}")
 
     rng = np.random.default_rng(0)
@@ -262,19 +225,15 @@ def main(argv=None):
         runners = hand_runners(M)
         ad, compile_s, kernels = adgrad_runners(M, paths)
         runners.update(ad)
-        timed = time_calls(runners, X, Z, args.repeats)
-        for name, (warm, _, _) in timed.items():
-            extra = f", compile_model {compile_s[name]:.2f} s" if name in compile_s else ""
-            print(f"  {name}: first call (incl. numba compile) {warm:.3f} s{extra}")
+        timed = time_calls(runners, (X, Z), args.repeats)
+        print_first_calls(timed, compile_s)
         check({n: r[1] for n, r in runners.items()}, X, Z)
-        ctimes = None if args.no_compile_times else compile_times(paths)
+        ctimes = None if args.no_compile_times else compile_times(compile_jobs(paths))
         if args.show_source:
             for form in SCORES:
                 print(f"\n# ---- adgrad {form} value+grad\n" + kernels[f"adgrad {form} value+grad"].source)
 
-    print(f"\nnumba {numba.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
-          f"threading layer {numba.threading_layer()}, threads {numba.get_num_threads()}, "
-          f"SVML {numba.config.USING_SVML}, {platform.processor() or platform.machine()}")
+    print("\n" + environment())
     print("\n| M | kernel | ns/point (median) | spread | / hand (same outputs) | / einsum (same outputs) |")
     print("|---:|---|---:|---:|---:|---:|")
     for name, (_, med, spread) in timed.items():
@@ -282,16 +241,12 @@ def main(argv=None):
         vs_hand = med / timed[f"hand {what}"][1]
         vs_ein = f"{med / timed[f'adgrad einsum {what}'][1]:.2f}" if name.startswith("adgrad") else ""
         print(f"| {M:,} | {name} | {med / M * 1e9:.1f} | {spread:.0%} | {vs_hand:.2f} | {vs_ein} |")
-    print("spread = (max - min) / median of the timed calls")
+    print(SPREAD_NOTE)
     r = timed["adgrad slices value+grad"][1] / timed["adgrad einsum value+grad"][1]
     ok = 1 / TARGET <= r <= TARGET
     print(f"target: slices / einsum value+grad within {TARGET}x: {r:.2f} ({'met' if ok else 'MISSED'})")
     if ctimes:
-        print("\n| kernel | compile_model cold (s) | first call cold (s) | compile_model cached (s) | first call cached (s) |")
-        print("|---|---:|---:|---:|---:|")
-        for name, ((c0, f0), (c1, f1)) in ctimes.items():
-            print(f"| {name} | {c0:.2f} | {f0:.2f} | {c1:.2f} | {f1:.2f} |")
-        print("each in a fresh process with its own ADGRAD_CACHE_DIR; cold = empty cache")
+        print_compile_table(ctimes)
 
 
 if __name__ == "__main__":

@@ -23,11 +23,6 @@ first call) are measured in fresh subprocesses, cold (empty ADGRAD_CACHE_DIR) an
 The issue's target: adgrad stress+tangent within 2x of the hand-written kernel.
 """
 import argparse
-import os
-import platform
-import shlex
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,8 +32,9 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
-KERNEL_OPTS = dict(parallel=True, nogil=True, fastmath=FASTMATH, cache=False)
+from _harness import (FASTMATH, KERNEL_OPTS, SPREAD_NOTE, add_timing_options, compile_times, environment,
+                      max_rel_err, print_command, print_compile_table, print_first_calls, time_calls)
+
 MU, LAM = 1.0, 2.0
 TARGET = 2.0
 BLOCK = 512   # points per prange iteration in the hand kernels (scratch allocated once per block)
@@ -179,48 +175,15 @@ print(t2 - t1, t3 - t2)
 """
 
 
-def compile_times(model_path):
-    """name -> ((compile_model s, first call s) cold, same cached), each in a fresh subprocess."""
-    res = {}
-    with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, ADGRAD_CACHE_DIR=cache)
-        for name, derivs in REQUESTS.items():
-            runs = []
-            for _ in range(2):
-                p = subprocess.run([sys.executable, "-c", COMPILE_SNIPPET, str(model_path), repr(derivs)],
-                                   env=env, capture_output=True, text=True, check=True)
-                runs.append(tuple(float(x) for x in p.stdout.split()))
-            res[name] = runs
-    return res
+def compile_jobs(model_path):
+    return {name: [COMPILE_SNIPPET, str(model_path), repr(derivs)] for name, derivs in REQUESTS.items()}
 
 
 # ---------------------------------------------------------------- timing and checks
 
-def time_calls(runners, X, repeats):
-    """Warm up each kernel once, then `repeats` interleaved rounds.
-    Returns name -> (warm-up s, median s, (max - min) / median)."""
-    warm, times = {}, {name: [] for name in runners}
-    for name, (fn, _) in runners.items():
-        t0 = time.perf_counter()
-        fn(X)
-        warm[name] = time.perf_counter() - t0
-    for _ in range(repeats):
-        for name, (fn, _) in runners.items():
-            t0 = time.perf_counter()
-            fn(X)
-            times[name].append(time.perf_counter() - t0)
-    return {name: (warm[name], statistics.median(ts), (max(ts) - min(ts)) / statistics.median(ts))
-            for name, ts in times.items()}
-
-
-def max_rel_err(a, b, rows=20_000):
-    """max |a - b| / max(|b|, 1) elementwise, in row blocks (entries of A are O(1); many are ~0)."""
-    worst = 0.0
-    for s in range(0, len(b), rows):
-        bb = b[s:s + rows]
-        err = np.abs(a[s:s + rows] - bb) / np.maximum(np.abs(bb), 1.0)
-        worst = max(worst, float(err.max()))
-    return worst
+def rel_err(a, b):
+    """Relative to max(|b|, 1): entries of A are O(1), and many are ~0."""
+    return max_rel_err(a, b, 1.0)
 
 
 def check_tangent_fd(F, rows=500, h=1e-6, tol=1e-7):
@@ -242,9 +205,9 @@ def check_tangent_fd(F, rows=500, h=1e-6, tol=1e-7):
             hand_stress(Fp, Wp, Pp)
             hand_stress(Fm, Wm, Pm)
             A_fd[:, :, :, k, L] = (Pp - Pm) / (2 * h)
-    errs = {"hand W vs numpy": (max_rel_err(W, W_np), 1e-12),
-            "hand P vs numpy": (max_rel_err(P, P_np), 1e-12),
-            "hand A vs central differences of hand P": (max_rel_err(A, A_fd), tol)}
+    errs = {"hand W vs numpy": (rel_err(W, W_np), 1e-12),
+            "hand P vs numpy": (rel_err(P, P_np), 1e-12),
+            "hand A vs central differences of hand P": (rel_err(A, A_fd), tol)}
     for what, (err, t) in errs.items():
         print(f"  check {what}: max rel err {err:.2e} (tol {t:.0e})")
         if not err <= t:
@@ -256,7 +219,7 @@ def check_adgrad(outs, tol=1e-10):
              ("adgrad stress+tangent", "hand stress+tangent", ["W", "dW_dF", "d2W_dF_dF"])]
     for ad, hand, keys in pairs:
         for key in keys:
-            err = max_rel_err(outs[hand][key], outs[ad][key])
+            err = rel_err(outs[hand][key], outs[ad][key])
             print(f"  check {hand} {key} vs {ad}: max rel err {err:.2e} (tol {tol:.0e})")
             if not err <= tol:
                 sys.exit(f"{hand} {key} disagrees with adgrad: {err:.2e} > {tol:.0e}")
@@ -266,8 +229,7 @@ def check_adgrad(outs, tol=1e-10):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--threads", type=int, default=numba.config.NUMBA_NUM_THREADS)
-    p.add_argument("--repeats", type=int, default=5, help="timed calls per kernel (median)")
+    add_timing_options(p)
     p.add_argument("--quick", action="store_true", help="M = 50,000")
     p.add_argument("--points", type=int, help="M (default 1,000,000, or 50,000 with --quick)")
     p.add_argument("--no-compile-times", action="store_true", help="skip the cold/cached subprocesses")
@@ -275,7 +237,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     M = args.points or (50_000 if args.quick else 1_000_000)
     numba.set_num_threads(args.threads)
-    print("command: " + shlex.join([sys.executable] + sys.argv))
+    print_command()
 
     with tempfile.TemporaryDirectory() as tmp:
         model_path = write_model(tmp)
@@ -285,33 +247,25 @@ def main(argv=None):
         runners = hand_runners(M)
         ad, compile_s, kernels = adgrad_runners(M, model_path)
         runners.update(ad)
-        timed = time_calls(runners, F, args.repeats)
-        for name, (warm, _, _) in timed.items():
-            extra = f", compile_model {compile_s[name]:.2f} s" if name in compile_s else ""
-            print(f"  {name}: first call (incl. numba compile) {warm:.3f} s{extra}")
+        timed = time_calls(runners, (F,), args.repeats)
+        print_first_calls(timed, compile_s)
         check_adgrad({n: r[1] for n, r in runners.items()})
-        ctimes = None if args.no_compile_times else compile_times(model_path)
+        ctimes = None if args.no_compile_times else compile_times(compile_jobs(model_path))
         if args.show_source:
             print(kernels["adgrad stress+tangent"].source)
 
-    print(f"\nnumba {numba.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
-          f"threading layer {numba.threading_layer()}, threads {numba.get_num_threads()}, "
-          f"SVML {numba.config.USING_SVML}, {platform.processor() or platform.machine()}")
+    print("\n" + environment())
     print("\n| M | kernel | ns/point (median) | spread | / hand (same outputs) |")
     print("|---:|---|---:|---:|---:|")
     for name, (_, med, spread) in timed.items():
         ref = REF[name.split(" ", 1)[1]]
         print(f"| {M:,} | {name} | {med / M * 1e9:.1f} | {spread:.0%} | {med / timed[ref][1]:.2f} |")
-    print("spread = (max - min) / median of the timed calls")
+    print(SPREAD_NOTE)
     ratio = timed["adgrad stress+tangent"][1] / timed["hand stress+tangent"][1]
     print(f"target: adgrad stress+tangent / hand <= {TARGET:.1f}: {ratio:.2f} "
           f"({'met' if ratio <= TARGET else 'MISSED'})")
     if ctimes:
-        print("\n| kernel | compile_model cold (s) | first call cold (s) | compile_model cached (s) | first call cached (s) |")
-        print("|---|---:|---:|---:|---:|")
-        for name, ((c0, f0), (c1, f1)) in ctimes.items():
-            print(f"| {name} | {c0:.2f} | {f0:.2f} | {c1:.2f} | {f1:.2f} |")
-        print("each in a fresh process with its own ADGRAD_CACHE_DIR; cold = empty cache")
+        print_compile_table(ctimes)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+"""What the benchmark scripts share: interleaved timing with medians, relative errors in row
+blocks, compile times in fresh processes, and the lines every report prints (the command, the
+environment, first calls, compile-time table)."""
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numba
+import numpy as np
+
+FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
+KERNEL_OPTS = dict(parallel=True, nogil=True, fastmath=FASTMATH, cache=False)
+SPREAD_NOTE = "spread = (max - min) / median of the timed calls"
+
+
+def add_timing_options(parser):
+    parser.add_argument("--threads", type=int, default=numba.config.NUMBA_NUM_THREADS,
+                        help="numba threads for every kernel (default: all cores)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per kernel (median)")
+
+
+def print_command():
+    print("command: " + shlex.join([sys.executable] + sys.argv))
+
+
+def time_calls(runners, inputs, repeats):
+    """Warm up every kernel once, then time `repeats` rounds that call each kernel once in turn
+    (interleaved, so slow drifts of a shared machine hit all kernels alike). `runners`: name ->
+    (callable, outputs); each is called as fn(*inputs).
+    Returns name -> (warm-up seconds, median seconds, (max - min) / median)."""
+    warm, times = {}, {name: [] for name in runners}
+    for name, (fn, _) in runners.items():
+        t0 = time.perf_counter()
+        fn(*inputs)
+        warm[name] = time.perf_counter() - t0
+    for _ in range(repeats):
+        for name, (fn, _) in runners.items():
+            t0 = time.perf_counter()
+            fn(*inputs)
+            times[name].append(time.perf_counter() - t0)
+    result = {}
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        result[name] = (warm[name], med, (max(ts) - min(ts)) / med)
+    return result
+
+
+def max_rel_err(a, b, floor, rows=20_000):
+    """max |a - b| / max(|b|, floor) elementwise, computed in row blocks to bound memory."""
+    worst = 0.0
+    for s in range(0, len(b), rows):
+        bb = b[s:s + rows]
+        err = np.abs(a[s:s + rows] - bb) / np.maximum(np.abs(bb), floor)
+        worst = max(worst, float(err.max()))
+    return worst
+
+
+def print_first_calls(timed, compile_s):
+    for name, (warm, _, _) in timed.items():
+        extra = f", compile_model {compile_s[name]:.2f} s" if name in compile_s else ""
+        print(f"  {name}: first call (incl. numba compile) {warm:.3f} s{extra}")
+
+
+def environment():
+    return (f"numba {numba.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
+            f"threading layer {numba.threading_layer()}, threads {numba.get_num_threads()}, "
+            f"SVML {numba.config.USING_SVML}, {platform.processor() or platform.machine()}")
+
+
+def compile_times(jobs):
+    """jobs: name -> arguments after `python -c`, a snippet printing compile_model's seconds and the
+    first call's. Each runs twice in fresh processes sharing one new, empty ADGRAD_CACHE_DIR.
+    Returns name -> [(compile s, first call s) cold, the same cached]."""
+    res = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, ADGRAD_CACHE_DIR=cache)
+        for name, args in jobs.items():
+            runs = []
+            for _ in range(2):
+                p = subprocess.run([sys.executable, "-c", *args], env=env, capture_output=True, text=True, check=True)
+                runs.append(tuple(float(x) for x in p.stdout.split()))
+            res[name] = runs
+    return res
+
+
+def print_compile_table(ctimes):
+    print("\n| kernel | compile_model cold (s) | first call cold (s) | compile_model cached (s) | first call cached (s) |")
+    print("|---|---:|---:|---:|---:|")
+    for name, ((c0, f0), (c1, f1)) in ctimes.items():
+        print(f"| {name} | {c0:.2f} | {f0:.2f} | {c1:.2f} | {f1:.2f} |")
+    print("each in a fresh process with its own ADGRAD_CACHE_DIR; cold = empty cache")
