@@ -82,14 +82,16 @@ def compile_times(jobs):
         for name, args in jobs.items():
             runs = []
             for _ in range(2):
-                p = subprocess.run([sys.executable, "-c", *args], env=env, capture_output=True, text=True, check=True)
+                p = subprocess.run([sys.executable, "-c", *args], env=env, capture_output=True, text=True,
+                                   check=True)
                 runs.append(tuple(float(x) for x in p.stdout.split()))
             res[name] = runs
     return res
 
 
 def print_compile_table(ctimes):
-    print("\n| kernel | compile_model cold (s) | first call cold (s) | compile_model cached (s) | first call cached (s) |")
+    print("\n| kernel | compile_model cold (s) | first call cold (s) | "
+          "compile_model cached (s) | first call cached (s) |")
     print("|---|---:|---:|---:|---:|")
     for name, ((c0, f0), (c1, f1)) in ctimes.items():
         print(f"| {name} | {c0:.2f} | {f0:.2f} | {c1:.2f} | {f1:.2f} |")

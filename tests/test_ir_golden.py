@@ -60,7 +60,8 @@ let:
     "softmax": (model_text({"A": [2, 3], "v": [3]}, {
         "L": "sum(softmax(A, axis=-1) * v) + logsumexp(v) + sum(logsumexp(A, axis=0))"}), ("A", "v")),
     "stack": (model_text({"v": [3], "w": [3]}, {
-        "L": "sum(stack([v, w], axis=1) ** 2) + sum(concatenate([v, w[:2]]) * 2) + sum(reshape(stack([v, w]), (3, 2))[0])"}),
+        "L": "sum(stack([v, w], axis=1) ** 2) + sum(concatenate([v, w[:2]]) * 2)"
+             " + sum(reshape(stack([v, w]), (3, 2))[0])"}),
               ("v", "w")),
     "tensor_function": (model_text({"F": [2, 2]}, {"L": "energy(F + eye(2))"}, """\
 functions:

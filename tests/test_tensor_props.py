@@ -137,7 +137,8 @@ class Expressions:
         return f"{f}({arg.format(self.sub(inner, depth))}, axis={axis})"
 
     def _softmax(self, shape, depth):
-        return f"softmax({self.sub(shape, depth)}, axis={_axis_text(self.draw(st.integers(0, len(shape) - 1)), len(shape), self.draw)})"
+        axis = _axis_text(self.draw(st.integers(0, len(shape) - 1)), len(shape), self.draw)
+        return f"softmax({self.sub(shape, depth)}, axis={axis})"
 
     # ---- linear algebra ---------------------------------------------------------------------------
     def _matmul(self, shape, depth):

@@ -2,7 +2,9 @@
 
 No new ops means no new derivative rules: matmul and einsum are a broadcast product reduced over
 the contracted axes, which the code generator fuses into one loop nest that never stores the
-product; stack and concatenate are in-place updates of a zero array, whose adjoints are free views.
+product (an einsum diagonal is a strided view); stack and concatenate are in-place updates of a
+zero array, whose adjoints are free views; det and inv are closed forms up to 4x4 and unrolled
+Gaussian elimination above, whose pivot choices are comparisons (constants to differentiation).
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import math
 
 import numpy as np
 
-from .lower import FUNCS, _Fail, _args, array_and_axes, normalize_axes
+from .lower import FUNCS, _constant_array, _Fail, _args, array_and_axes, normalize_axes
 
 
 def _reshape(lw, node, x, shape):
@@ -83,7 +85,8 @@ def _einsum(lw, node, env):
                 raise _Fail(node, f"einsum: subscript '{_shown(ch)}' has sizes {known} and {d}")
             sizes[ch] = max(known, d)
     if len(set(out)) != len(out) or any(ch not in sizes for ch in out):
-        raise _Fail(node.args[0], f"einsum: output subscripts '{out}' must be distinct letters of the inputs")
+        raise _Fail(node.args[0], f"einsum: output subscripts '{spec.partition('->')[2].strip()}' must be "
+                                  f"distinct letters of the inputs")
     letters = list(out) + [ch for ch in dict.fromkeys("".join(terms)) if ch not in out]
     total = None
     for t, x in zip(terms, ops):
@@ -113,7 +116,8 @@ def _expand_ellipses(node, terms, ops):
         named = len(t.replace("...", ""))
         if ("..." in t and named > x.rank) or ("..." not in t and named != x.rank):
             at_least = " at least" if "..." in t else ""
-            raise _Fail(node, f"einsum: subscripts '{t}' need an operand of rank{at_least} {named}, got shape {x.shape}")
+            raise _Fail(node, f"einsum: subscripts '{t}' need an operand of rank{at_least} {named}, "
+                              f"got shape {x.shape}")
         if "..." in t:
             width = max(width, x.rank - named)
     stand_ins = _ELLIPSIS_AXES[:width]
@@ -151,9 +155,8 @@ def _trace(lw, node, env):
     (a,) = _args(lw, node, env, 1)
     if a.rank != 2:
         raise _Fail(node, f"trace: expects a matrix, got shape {a.shape}")
-    mask = np.eye(*a.shape)
-    m = lw.b.emit("array", data=tuple(mask.ravel().tolist()), shape=a.shape)
-    return lw._emit(node, "reduce_sum", lw._emit(node, "mul", a, m), axes=(0, 1))
+    mask = _constant_array(lw, node, np.eye(*a.shape))
+    return lw._emit(node, "reduce_sum", lw._emit(node, "mul", a, mask), axes=(0, 1))
 
 
 def _transpose(lw, node, env):
@@ -278,8 +281,8 @@ def _inv(lw, node, env):
     a = _square_matrix(lw, node, env, "inv")
     n = a.shape[0]
     if n > CLOSED_FORM:
-        _, _, inverse = _eliminate(lw, node, concatenate(lw, node, [a, _constant(lw, np.eye(n))], 1), n, jordan=True)
-        return inverse
+        augmented = concatenate(lw, node, [a, _constant_array(lw, node, np.eye(n))], 1)
+        return _eliminate(lw, node, augmented, n, jordan=True)[2]
     m = _entries(lw, node, a)
     det = _det_entries(lw, node, m)
     rows = []
@@ -293,10 +296,6 @@ def _inv(lw, node, env):
             row.append(lw._emit(node, "div", c, det))
         rows.append(stack(lw, node, row))
     return stack(lw, node, rows)
-
-
-def _constant(lw, value):
-    return lw.b.emit("array", data=tuple(np.ravel(value).tolist()), shape=np.shape(value))
 
 
 def _part(lw, node, x, *items):
@@ -316,11 +315,11 @@ def _pivot_choice(lw, node, col, top):
     n = col.size
     mag = lw._emit(node, "abs", col)
     if top:                     # rows above top are already pivots: -1 never wins
-        eligible = lw._emit(node, "ge", _constant(lw, np.arange(n, dtype=float)), float(top))
+        eligible = lw._emit(node, "ge", _constant_array(lw, node, np.arange(n, dtype=float)), float(top))
         mag = lw._emit(node, "select", eligible, mag, -1.0)
     hit = lw._emit(node, "eq", mag, lw._emit(node, "reduce_max", mag, axes=(0,)))
-    earlier = lw._emit(node, "reduce_sum", _constant(lw, np.tri(n, k=-1)) * lw._emit(node, "select", hit, 1.0, 0.0),
-                       axes=(1,))      # hits before each row
+    before = _constant_array(lw, node, np.tri(n, k=-1))        # before[i, j] = 1 where j < i
+    earlier = lw._emit(node, "reduce_sum", before * lw._emit(node, "select", hit, 1.0, 0.0), axes=(1,))
     first = lw._emit(node, "and", hit, lw._emit(node, "eq", earlier, 0.0))
     return lw._emit(node, "select", first, 1.0, 0.0)
 
@@ -335,7 +334,7 @@ def _eliminate(lw, node, m, steps, jordan):
     for k in range(steps):
         rows = m.shape[0]
         top = k if jordan else 0
-        e_top = _constant(lw, np.eye(rows)[top])
+        e_top = _constant_array(lw, node, np.eye(rows)[top])
         if rows - top > 1:      # exchange rows top and p: m += (p - e_top) (m[top] - m[p])
             p = _pivot_choice(lw, node, _part(lw, node, m, slice(None), 0), top)
             pivot_row = lw._emit(node, "reduce_sum", _column(lw, node, p) * m, axes=(0,))
