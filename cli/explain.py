@@ -45,6 +45,8 @@ def explain(model_or_config, show, mode):
             click.echo(f"  {d.name}: {d.mode} ({c.reason}; estimated work forward {c.forward_cost}, "
                        f"reverse {c.reverse_cost})")
         click.echo(f"workspace: {kernel.workspace_size} floats per thread")
+        click.echo("kernel: " + ("straight-line scalar code (small tensors scalarized)" if kernel.scalarized
+                                 else "loop nests over the tensor axes"))
     if "ir" in parts:
         click.echo("\n# IR (values and derivatives, after optimization)")
         click.echo(format_graph(kernel.graph))

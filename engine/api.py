@@ -1,7 +1,6 @@
 """The public surface: load_model, compile_model and the compiled kernel's evaluate."""
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -14,9 +13,9 @@ from .codegen.emit import Emitter
 from .codegen.load import load, module_source
 from .errors import SpecError
 from .ir.core import Builder, Graph, Var
-from .ir.printer import format_graph
 from .model import LoadedModel, build
 from .opt.dce import dce
+from .opt.scalarize import pays_off, scalarize
 from .runtime.exactsum import ExactSum
 from .spec import load_model_file
 
@@ -51,6 +50,7 @@ class CompiledKernel:
     workspace_size: int
     output_shapes: dict = field(default_factory=dict)   # per point
     reduced: frozenset = frozenset()                      # results summed over all points
+    scalarized: bool = False    # emitted as straight-line scalar code (engine/opt/scalarize.py)
 
     @property
     def point_kernel(self):
@@ -151,7 +151,13 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None) 
         outs[d.name] = var
     b.graph.outputs = outs
     graph = dce(b.graph)
-    em = Emitter(graph, list(graph.inputs), list(graph.params), list(outs))
+    # a Hessian wrt one argument twice is symmetric in its last 2r axes (r = that argument's rank)
+    symmetric = {d.name: len(names[d.wrt[0]].shape) for d in derivs
+                 if len(d.wrt) == 2 and d.wrt[0] == d.wrt[1] and not d.kind}
+    scalar = scalarize(graph, symmetric)
+    if scalar is not None and not pays_off(graph, scalar):
+        scalar = None
+    em = Emitter(scalar or graph, list(graph.inputs), list(graph.params), list(outs))
     body = em.emit()
     point_args = em.args
     per_point = [True] * len(graph.inputs) + [False] * len(graph.params) + [True] * len(outs)
@@ -159,7 +165,7 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None) 
     module = load(source)
     kernel = CompiledKernel(model, graph, derivs, source, module, em.work_size,
                             {n: v.shape for n, v in outs.items()},
-                            frozenset(d.name for d in derivs if d.kind == "sum"))
+                            frozenset(d.name for d in derivs if d.kind == "sum"), scalar is not None)
     kernel.evaluate({n: np.empty((0,) + v.shape) for n, v in graph.inputs.items()})   # jit (or load) now
     return kernel
 
@@ -232,11 +238,3 @@ def _derive(b, model, of, wrt, mode, loc=None, kind="", seed=None):
         choice = select.Choice(choice.mode, choice.forward_cost, choice.reverse_cost,
                                f"{choice.mode} for the first derivative, then forward over it")
     return Derivative(of, tuple(wrt), choice.mode, choice, kind), var
-
-
-def explain_graph(kernel: CompiledKernel) -> str:
-    return format_graph(kernel.graph)
-
-
-def modes_json(kernel: CompiledKernel) -> str:
-    return json.dumps(kernel.modes)

@@ -305,3 +305,27 @@ def _index_add_jvp(e, ts, bs):
 
 RULES["index_add"] = Rule(_index_add_jvp, lambda e, ct, bs: [
     ct, emit("getitem", ct, index=batched_index(e.attr("index"), bs))])
+
+
+
+def _element(k, shape):
+    """The integer index of flat element k of an array of `shape` (C order)."""
+    idx = []
+    for d in reversed(shape):
+        idx.append(k % d)
+        k //= d
+    return tuple(reversed(idx))
+
+
+def _pack_jvp(e, ts, bs):
+    if all(t is None for t in ts):
+        return None
+    acc = current().const(0.0, tuple(bs) + e.out.shape)
+    for k, t in enumerate(ts):
+        if t is not None:
+            acc = emit("index_add", acc, t, index=batched_index(_element(k, e.out.shape), bs))
+    return acc
+
+
+RULES["pack"] = Rule(_pack_jvp, lambda e, ct, bs: [
+    emit("getitem", ct, index=batched_index(_element(k, e.out.shape), bs)) for k in range(len(e.args))])

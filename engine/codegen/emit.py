@@ -7,6 +7,7 @@ IR, so the generated file reads next to `adgrad explain`.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -282,6 +283,11 @@ class Emitter:
             self._index_add(e, i)
         elif e.op == "prod_others":
             self._prod_others(e, i)
+        elif e.op == "pack":
+            dst = self._alloc(e.out, i)
+            for k, idx in enumerate(_flat_indices(e.out.shape)):
+                self.lines.append(f"    {dst.at(idx)} = {self.read(e.args[k], (), [])}")
+            self.store[e.out] = dst
         else:
             raise NotImplementedError(f"no lowering for op {e.op}")
 
@@ -385,6 +391,11 @@ class Emitter:
             idx, ind = self._loops(v.shape, 4, prefix="o")
             dst = Buf(out, 0, v.shape, cstrides(v.shape))
             self.lines.append(" " * ind + f"{dst.at(idx)} = {self.read(v, v.shape, idx)}")
+
+
+def _flat_indices(shape):
+    """Literal per-axis indices of every element of `shape`, in C order."""
+    return [[str(k) for k in idx] for idx in itertools.product(*map(range, shape))]
 
 
 def _accumulate(op, target, x):

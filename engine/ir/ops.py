@@ -171,3 +171,14 @@ def _prod_others_np(x, axes):
 
 
 _op("prod_others", "other", lambda shapes, dtypes, axes: (tuple(shapes[0]), "f8"), _prod_others_np)
+
+
+def _pack_rule(shapes, dtypes, shape):
+    if len(shapes) != math.prod(shape) or any(shapes):
+        raise ShapeError(f"pack: {len(shapes)} scalars cannot fill shape {tuple(shape)}")
+    return tuple(shape), "f8"
+
+
+# pack(*scalars, shape): the array with these elements in C order; scalarized kernels build
+# their outputs with it (engine/opt/scalarize.py).
+_op("pack", "other", _pack_rule, lambda *xs, shape: np.array(xs, dtype=float).reshape(shape))
