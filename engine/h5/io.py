@@ -100,6 +100,14 @@ def _early():
     return {"dcpl": dcpl, "fill_time": "never"}
 
 
+def _chunk_rows(rows, row_bytes, target=1 << 20):
+    """Rows per HDF5 chunk: about `target` bytes and, where that costs at most half of it, a divisor
+    of `rows` (the rows per adgrad chunk), so that every write covers whole HDF5 chunks."""
+    limit = max(1, min(rows, target // max(row_bytes, 1)))
+    divisor = next(d for d in range(limit, 0, -1) if rows % d == 0)
+    return divisor if 2 * divisor >= limit else limit
+
+
 class OutputFile:
     """An adgrad output file open for writing: per-point datasets, reduced sums, the commit record."""
 
@@ -133,8 +141,7 @@ class OutputFile:
                     exact.create_dataset(name, shape=shape + (STATE,), dtype=np.int64, **_early())
                     slots.create_dataset(name, shape=(2,) + shape + (STATE,), dtype=np.int64, **_early())
                     continue
-                row = int(np.prod(shape)) * np.dtype(dtype).itemsize
-                per_chunk = max(1, min(rows or 1, chunk_rows, (1 << 20) // max(row, 1)))
+                per_chunk = _chunk_rows(min(rows or 1, chunk_rows), int(np.prod(shape)) * np.dtype(dtype).itemsize)
                 f.create_dataset(name, shape=(rows,) + shape, dtype=dtype, chunks=(per_chunk,) + shape,
                                  maxshape=None if rows else (None,) + shape, compression=comp,
                                  **({} if comp else _early()))
@@ -142,8 +149,8 @@ class OutputFile:
 
     @classmethod
     def open(cls, path):
-        try:
-            file = h5py.File(path, "r+")
+        try:   # no chunk cache: whole HDF5 chunks go straight from our buffers to the file, one copy less
+            file = h5py.File(path, "r+", rdcc_nbytes=0)
         except OSError as exc:
             raise DataError(f"{path}: cannot open the output file for writing ({_reason(exc)})") from None
         try:

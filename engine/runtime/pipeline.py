@@ -61,15 +61,19 @@ class _Chunk:
     seconds: float
 
 
-@numba.njit(cache=True, nogil=True)
-def _mark_nonfinite(a, bad):
-    """bad[i] |= row i of a (n, k) holds a NaN or an infinity."""
-    for i in range(a.shape[0]):
-        if not bad[i]:
-            for j in range(a.shape[1]):
-                if not np.isfinite(a[i, j]):
-                    bad[i] = True
-                    break
+EXPONENT = 0x7FF0000000000000     # all ones in a double's exponent field: an infinity or a NaN
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _mark_nonfinite(bits, bad):
+    """bad[i] |= row i of bits (n, k), float64 values viewed as int64, holds a NaN or an infinity.
+    An integer max reduction, which vectorizes (a float test with early exit does not)."""
+    for i in numba.prange(bits.shape[0]):
+        top = 0
+        for j in range(bits.shape[1]):
+            top = max(top, bits[i, j] & EXPONENT)
+        if top == EXPONENT:
+            bad[i] = True
 
 
 def _buffers(shapes, n):
@@ -101,7 +105,7 @@ def stream(kernel, reader, out, plan: Plan, threads: int, nan_error: bool, shoul
         arrays = list(ins.values()) + list(outs.values())
         bad = np.zeros(b - a, dtype=np.bool_)
         for arr in arrays:
-            _mark_nonfinite(arr.reshape(b - a, -1), bad)
+            _mark_nonfinite(arr.reshape(b - a, -1).view(np.int64), bad)
         first_bad = None
         if bad.any():
             i = int(np.argmax(bad))
