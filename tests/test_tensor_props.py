@@ -25,7 +25,8 @@ from ir_oracle import assert_close_to_fd, assert_compiled_matches, central_diffe
 
 SMOOTH = ["sin", "cos", "tanh", "arctan", "sigmoid", "softplus", "erf", "square", "abs", "exp(tanh({}))",
           "sqrt(1 + square({}))", "log(1 + square({}))", "cbrt(2 + tanh({}))", "expm1(sin({}))",
-          "log1p(sigmoid({}))", "sinh(tanh({}))", "arcsin(tanh({}) / 2)", "-{}"]
+          "log1p(sigmoid({}))", "sinh(tanh({}))", "cosh(tanh({}))", "tan(tanh({}))", "arcsin(tanh({}) / 2)",
+          "arccos(tanh({}) / 2)", "-{}"]
 REDUCTIONS = ["sum", "mean", "max", "min", "prod", "norm", "logsumexp"]
 LETTERS = "abcdefgh"
 
@@ -101,7 +102,7 @@ class Expressions:
     def _binary(self, shape, depth):
         a, b = self._operands(shape, depth)
         form = self.draw(st.sampled_from(["({} + {})", "({} - {})", "({} * {})", "({} / (1.5 + tanh({})))",
-                                          "arctan2({}, 2 + square({}))"]))
+                                          "arctan2({}, 2 + square({}))", "(0.5 + sigmoid({})) ** {}"]))
         return form.format(a, b)
 
     def _minmax(self, shape, depth):
