@@ -127,6 +127,7 @@ def cluster(tmp_path_factory):
 
 
 def job_state(env, job):
+    """(JobState, ExitCode) of a job, or (None, None) if scontrol could not tell."""
     out = subprocess.run([program("scontrol"), "show", "job", job], env=env, capture_output=True, text=True)
     fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
     return fields.get("JobState"), fields.get("ExitCode")
@@ -179,13 +180,18 @@ def sbatch(env, cwd, *args, **extra_env):
 
 def wait_merged(env, d, cwd, array, merge, tasks):
     """Wait for the merge job; it must have completed after `tasks` array tasks and merged 4 shards."""
-    def finished():
-        state, _ = job_state(env, merge)
-        return state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
+    final = []
+
+    def finished():                     # None: scontrol did not answer (a busy controller); ask again
+        state = job_state(env, merge)
+        if state[0] is None or state[0] in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+            return False
+        final.append(state)
+        return True
     wait_for("the array and the merge job", finished, 50, sorted(cwd.glob("adgrad-*.log")) + [d / "slurmctld.out"])
     logs = sorted(cwd.glob(f"adgrad-{array}_*.log")) + sorted(cwd.glob(f"adgrad-merge-{merge}.log"))
     report = "\n".join(f"--- {p.name}\n{p.read_text()}" for p in logs)
-    assert job_state(env, merge) == ("COMPLETED", "0:0"), report
+    assert final[0] == ("COMPLETED", "0:0"), report
     assert len(logs) == tasks + 1, report
     assert f"4 shard(s), {M} points" in report and "merged from 4 shard(s), complete" in report
 
