@@ -61,7 +61,7 @@ def test_run_output(files):
     assert res.exit_code == 0, res.output
     out = res.stdout
     assert out.startswith(f"{files / 'out.h5'}: adgrad output, complete\n")
-    assert f"points    {M}; chunks done 1 / 1" in out
+    assert f"points    {M}; chunks done 1 / 1 (rows done {M})" in out
     assert f"input     {files / 'in.h5'}" in out
     assert "modes     dE_dx: " in out and "threads   " in out and "numba " in out and "h5py " in out
     assert "started 20" in out and "finished 20" in out
@@ -77,9 +77,10 @@ def test_incomplete_run(files, tmp_path):
     p = tmp_path / "cut.h5"
     shutil.copy(files / "out.h5", p)
     with h5py.File(p, "r+") as f:
-        f.attrs["complete"] = False
+        f.attrs.update(complete=False, chunk=8, chunks_done=2)
     res = invoke("info", p, "--no-text")
     assert res.exit_code == 0 and "INCOMPLETE (finish it with adgrad run --resume)" in res.stdout
+    assert f"points    {M}; chunks done 2 / 4 (rows done 16)" in res.stdout
 
 
 def test_shard_and_merged(files, tmp_path):

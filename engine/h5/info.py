@@ -66,6 +66,8 @@ def _status(a):
         else:
             total = _chunks_total(a)
             progress = f"{done}" + (f" / {total}" if total else "")
+            if "chunk" in a:            # chunks finish in order: the first `done` are written
+                progress += f" (rows done {min(int(a['points']), done * int(a['chunk']))})"
         out.append(f"  points    {int(a['points'])}; chunks done {progress}")
     else:
         ranges = json.loads(a.get("sample", "{}"))
