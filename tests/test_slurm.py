@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(
 
 SLURM_CONF = """\
 ClusterName=adgradtest
-SlurmctldHost={host}
+SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmdPort={d_port}
 SlurmUser=root
@@ -53,7 +53,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault=none
 ReturnToService=2
-NodeName={host} CPUs={cpus} State=UNKNOWN
+NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
 PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 
@@ -90,7 +90,8 @@ def cluster(tmp_path_factory):
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
     conf = d / "slurm.conf"
-    conf.write_text(SLURM_CONF.format(host=socket.gethostname(), dir=d, ctld_port=free_port(),
+    host = socket.gethostname().split(".")[0]    # the names slurmd knows itself by; addresses are loopback
+    conf.write_text(SLURM_CONF.format(host=host, dir=d, ctld_port=free_port(),
                                       d_port=free_port(), cpus=os.cpu_count()))
     env = {**os.environ, "SLURM_CONF": str(conf),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -105,7 +106,7 @@ def cluster(tmp_path_factory):
               f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log", f"--seed-file={d}/munged.seed")
         wait_for("munged", lambda: (d / "munge.socket").exists(), 10, [d / "munged.out"])
         start("slurmctld", "-D", "-i", "-f", str(conf))
-        start("slurmd", "-D", "-f", str(conf))
+        start("slurmd", "-D", "-f", str(conf), "-N", host)
         logs = [d / "slurmctld.out", d / "slurmd.out"]
 
         def idle():
