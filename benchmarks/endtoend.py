@@ -10,12 +10,13 @@ Medians of --repeats runs, interleaved, after one warm-up of each; ratio = run /
 throughput (the issue asks for >= 0.70). The pipeline's own phase timings of the last run follow.
 
 --memory-points M2 (default 5,000,000) then writes a second input of M2 points and reports the
-peak resident memory (ru_maxrss) of `adgrad run` on it in a subprocess (the issue asks < 1 GB);
+peak resident memory (VmHWM) of `adgrad run` on it in a subprocess (the issue asks < 1 GB);
 it needs about 16 bytes * 100 * M2 of disk (input and output). --memory-points 0 skips it.
 
     python benchmarks/endtoend.py                        # 1,000,000 points, 5 repeats, 5,000,000 for memory
     python benchmarks/endtoend.py --points 200000 --memory-points 0   # quick
     python benchmarks/endtoend.py --threads 1 --memory-points 0       # I/O gets a core of its own
+    python benchmarks/endtoend.py --dtype float32 --memory-points 0   # half the bytes written
 """
 import argparse
 import os
@@ -43,7 +44,7 @@ CONFIG = """\
 adgrad: 1
 model: {model}
 input: {{path: {input}, datasets: {{x: points}}}}
-output: {{path: {output}}}
+output: {{path: {output}, dtype: {dtype}}}
 compute:
   values: [E]
   derivatives:
@@ -62,9 +63,10 @@ def write_points(path, m):
             ds[a:b] = rng.random((b - a, N))
 
 
-def write_config(d, name, points_file, chunk):
+def write_config(d, name, points_file, chunk, dtype="float64"):
     path = d / f"{name}.yaml"
-    path.write_text(CONFIG.format(model=MODEL, input=points_file, output=d / f"{name}_out.h5", chunk=chunk))
+    path.write_text(CONFIG.format(model=MODEL, input=points_file, output=d / f"{name}_out.h5", chunk=chunk,
+                                  dtype=dtype))
     return path
 
 
@@ -76,14 +78,20 @@ def compute_only(kernel, x, chunk, outs, threads):
     return time.perf_counter() - t0
 
 
+# `adgrad` that reports its peak RSS (VmHWM) as it exits; a child's ru_maxrss would include this
+# process's peak, which Linux carries over into a child when it execs
+PEAK_RSS = ("import atexit, sys; from adgrad.cli.main import cli; atexit.register(lambda: sys.stderr.write("
+            "next(line for line in open('/proc/self/status') if line.startswith('VmHWM')))); cli()")
+
+
 def peak_rss(config):
     """Seconds and peak resident MiB of `adgrad run CONFIG --overwrite` in a fresh process."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("adgrad")), "run", str(config), "-q", "--overwrite"])
-    _, status, usage = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"adgrad run {config} failed")
-    return time.perf_counter() - t0, usage.ru_maxrss / 1024
+    result = subprocess.run([sys.executable, "-c", PEAK_RSS, "run", str(config), "-q", "--overwrite"],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"adgrad run {config} failed: {result.stderr}")
+    return time.perf_counter() - t0, int(result.stderr.split()[-2]) / 1024
 
 
 def main():
@@ -92,6 +100,7 @@ def main():
     ap.add_argument("--chunk", type=int, default=65536)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="numba threads for both paths (0 = all cores)")
+    ap.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="output.dtype of the run")
     ap.add_argument("--memory-points", type=int, default=5_000_000)
     ap.add_argument("--dir", default=None, help="where the temporary files go (default: the system temp dir)")
     args = ap.parse_args()
@@ -100,7 +109,7 @@ def main():
     try:
         points = d / "points.h5"
         write_points(points, args.points)
-        config = load_config_file(str(write_config(d, "run", points, args.chunk)))
+        config = load_config_file(str(write_config(d, "run", points, args.chunk, args.dtype)))
         _, kernel, _ = prepare(config)
         with h5py.File(points, "r") as f:
             x = f["points"][()]
@@ -111,14 +120,16 @@ def main():
         compute_only(kernel, x, args.chunk, outs, threads)
         runs, computes, summary = [], [], None
         for _ in range(args.repeats):
+            os.remove(config.output_path)               # each run writes a new file, as a user's would
             t0 = time.perf_counter()
-            summary = run_job(config, overwrite=True, threads=threads)
+            summary = run_job(config, threads=threads)
             runs.append(time.perf_counter() - t0)
             computes.append(compute_only(kernel, x, args.chunk, outs, threads))
         with h5py.File(summary.output, "r") as f:      # the job wrote what the kernel computes
-            assert np.array_equal(f["E"][()], outs["E"]) and np.array_equal(f["dE_dx"][-1000:], outs["dE_dx"][-1000:])
+            assert np.array_equal(f["E"][()], outs["E"].astype(args.dtype))
+            assert np.array_equal(f["dE_dx"][-1000:], outs["dE_dx"][-1000:].astype(args.dtype))
 
-        print(f"EAM, N = {N}, M = {args.points:,} points, chunk {args.chunk}, {threads} compute threads "
+        print(f"EAM, N = {N}, M = {args.points:,} points, chunk {args.chunk}, {args.dtype} output, {threads} compute threads "
               f"({summary.threading_layer}), {args.repeats} repeats")
         print("| path | seconds (median) | spread | points/s | / compute only |")
         print("|---|---:|---:|---:|---:|")
@@ -135,7 +146,7 @@ def main():
         if args.memory_points:
             big = d / "big.h5"
             write_points(big, args.memory_points)
-            seconds, rss = peak_rss(write_config(d, "big", big, args.chunk))
+            seconds, rss = peak_rss(write_config(d, "big", big, args.chunk, args.dtype))
             print(f"memory: adgrad run over {args.memory_points:,} points (chunk {args.chunk}): peak RSS "
                   f"{rss:,.0f} MiB, {seconds:.1f} s wall ({args.memory_points / seconds:,.0f} points/s incl. start-up)")
     finally:
