@@ -329,3 +329,47 @@ def _pack_jvp(e, ts, bs):
 
 RULES["pack"] = Rule(_pack_jvp, lambda e, ct, bs: [
     emit("getitem", ct, index=batched_index(_element(k, e.out.shape), bs)) for k in range(len(e.args))])
+
+
+# ---- prod_others: the partial of a product, so products have derivatives of every order ---------
+def _to_lanes(v, axes, lead):
+    """v (lead axes, then x's axes) with x's `axes` moved last and flattened: lead + kept + (n,).
+    Returns it with what _from_lanes needs to undo the move."""
+    rank = v.rank - lead
+    order = [k for k in range(rank) if k not in axes] + sorted(axes)
+    perm = tuple(range(lead)) + tuple(lead + k for k in order)
+    moved = emit("transpose", v, perm=perm)
+    n = math.prod(v.shape[lead + k] for k in axes)
+    return emit("reshape", moved, shape=moved.shape[: v.rank - len(axes)] + (n,)), perm, moved.shape
+
+
+def _from_lanes(v, perm, moved_shape):
+    return emit("transpose", emit("reshape", v, shape=moved_shape), perm=_inverse(perm))
+
+
+def _others_weights(e):
+    """W[..., i, k] = prod of x_j over j not in {i, k} for k != i, and 0 for k == i, so that
+    d prod_others(x)_i = sum_k W[..., i, k] dx_k. It is prod_others of rows of x with x_i set to 1."""
+    x2, _, _ = _to_lanes(e.args[0], e.attr("axes"), 0)
+    n = x2.shape[-1]
+    diag = emit("gt", emit("eye", shape=(n,)), 0.5)
+    rows = emit("broadcast_to", emit("reshape", x2, shape=x2.shape[:-1] + (1, n)), shape=x2.shape[:-1] + (n, n))
+    others = emit("prod_others", emit("select", diag, 1.0, rows), axes=(x2.rank,))
+    return emit("select", diag, 0.0, others)
+
+
+def _prod_others_jvp(e, ts, bs):
+    if ts[0] is None:
+        return None
+    t2, perm, moved = _to_lanes(ts[0], e.attr("axes"), len(bs))
+    t_row = emit("reshape", t2, shape=t2.shape[:-1] + (1, t2.shape[-1]))
+    return _from_lanes(emit("reduce_sum", _others_weights(e) * t_row, axes=(t2.rank,)), perm, moved)
+
+
+def _prod_others_vjp(e, ct, bs):
+    c2, perm, moved = _to_lanes(ct, e.attr("axes"), len(bs))
+    c_col = emit("reshape", c2, shape=c2.shape + (1,))
+    return [_from_lanes(emit("reduce_sum", c_col * _others_weights(e), axes=(c2.rank - 1,)), perm, moved)]
+
+
+RULES["prod_others"] = Rule(_prod_others_jvp, _prod_others_vjp)

@@ -3,7 +3,6 @@ rule table in rules.py. Each appends equations to the same Builder as the values
 shares work between a value and its derivatives (EAM's exp is computed once)."""
 from __future__ import annotations
 
-from ..errors import SpecError
 from ..ir.core import Builder, Var
 from .rules import RULES, IndexContribution, batched_index, from_jacobians, from_partials
 
@@ -13,12 +12,6 @@ def _custom_rule_as_eqn_rule(rule, b):
     for mapped functions, Jacobian blocks (out.shape + arg.shape) for tensor arguments."""
     partials = tuple(rule.partial(b, k) for k in range(len(rule.args)))
     return (from_partials if rule.mapped else from_jacobians)(lambda out, *args: partials)
-
-
-def rule_for(op):
-    if op not in RULES:      # only prod_others (the partial of prod) lacks rules: no second derivative of prod yet
-        raise SpecError(f"no derivative rule for '{op}' (a second derivative through prod() is not supported yet)")
-    return RULES[op]
 
 
 class _Call:
@@ -73,7 +66,7 @@ def jacobian_forward(b: Builder, custom: dict, wrt: Var, of: Var, seed: Var | No
                 eq = _Call(e.out, rule.args)
                 t = _custom_rule_as_eqn_rule(rule, b).jvp(eq, [tangents.get(a) for a in rule.args], bs)
             else:
-                t = rule_for(e.op).jvp(e, [tangents.get(a) for a in e.args], bs)
+                t = RULES[e.op].jvp(e, [tangents.get(a) for a in e.args], bs)
             if t is not None:
                 tangents[e.out] = t
             if e.out is of:
@@ -114,7 +107,7 @@ def jacobian_reverse(b: Builder, custom: dict, wrt: Var, of: Var, seed: Var | No
                 args = rule.args
                 eq, r = _Call(e.out, args), _custom_rule_as_eqn_rule(rule, b)
             else:
-                args, eq, r = e.args, e, rule_for(e.op)
+                args, eq, r = e.args, e, RULES[e.op]
             if r.masks is not None:
                 cts, arg_masks = r.vjp(eq, ct, bs, mask), r.masks(eq, mask)
             else:
