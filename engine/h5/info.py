@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 
 import h5py
 
-from ..errors import DataError
-from .merge import EXACT
+from .merge import EXACT, open_adgrad
 
 
 @dataclass
@@ -22,16 +21,8 @@ class Report:
 
 def describe(path, text=True) -> Report:
     """The summary of an adgrad file; raises DataError for a missing, unreadable or foreign file."""
-    if not os.path.exists(path):
-        raise DataError(f"{path}: file not found")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise DataError(f"{path}: not an HDF5 file ({exc})") from None
-    with f:
+    with open_adgrad(path) as f:
         a = dict(f.attrs)
-        if "adgrad_version" not in a:
-            raise DataError(f"{path}: not an adgrad file (no adgrad_version attribute)")
         lines = [f"{path}: {_kind(a)}"]
         lines += _status(a)
         lines += _provenance(a)

@@ -26,6 +26,21 @@ SAME_RUN = ("model_sha256", "config_yaml", "params_sha256", "input_path", "input
 COPY_BYTES = 64 << 20           # --copy moves at most this much per read
 
 
+def open_adgrad(path, role="file", kind="file"):
+    """An adgrad HDF5 file open for reading; a DataError names the path if it is missing, not HDF5
+    or not written by adgrad."""
+    if not os.path.exists(path):
+        raise DataError(f"{path}: {role} not found")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise DataError(f"{path}: not an HDF5 file ({exc})") from None
+    if "adgrad_version" not in f.attrs:
+        f.close()
+        raise DataError(f"{path}: not an adgrad {kind} (no adgrad_version attribute)")
+    return f
+
+
 @dataclass
 class Shard:
     path: str
@@ -44,16 +59,8 @@ class Shard:
 
 def read_shard(path) -> Shard:
     """The layout of one shard file, refusing anything that is not a complete adgrad shard."""
-    if not os.path.exists(path):
-        raise DataError(f"{path}: shard file not found")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise DataError(f"{path}: not an HDF5 file ({exc})") from None
-    with f:
+    with open_adgrad(path, "shard file", "output file") as f:
         attrs = dict(f.attrs)
-        if "adgrad_version" not in attrs:
-            raise DataError(f"{path}: not an adgrad output file (no adgrad_version attribute)")
         missing = [a for a in SHARD_ATTRS if a not in attrs]
         if missing:
             raise DataError(f"{path}: not a shard file (no {', '.join(missing)} attribute; written without --shard?)")
