@@ -28,6 +28,21 @@ def print_command():
     print("command: " + shlex.join([sys.executable] + sys.argv))
 
 
+def start(parser, argv, full, quick, source_help):
+    """The prologue of a script timed at one number of points: options (--threads, --repeats, --quick,
+    --points, --no-compile-times, --show-source), numba's thread count, the command line printed.
+    Returns (args, M)."""
+    add_timing_options(parser)
+    parser.add_argument("--quick", action="store_true", help=f"M = {quick:,}")
+    parser.add_argument("--points", type=int, help=f"M (default {full:,}, or {quick:,} with --quick)")
+    parser.add_argument("--no-compile-times", action="store_true", help="skip the cold/cached subprocesses")
+    parser.add_argument("--show-source", action="store_true", help=source_help)
+    args = parser.parse_args(argv)
+    numba.set_num_threads(args.threads)
+    print_command()
+    return args, args.points or (quick if args.quick else full)
+
+
 def time_calls(runners, inputs, repeats):
     """Warm up every kernel once, then time `repeats` rounds that call each kernel once in turn
     (interleaved, so slow drifts of a shared machine hit all kernels alike). `runners`: name ->
@@ -58,6 +73,13 @@ def max_rel_err(a, b, floor, rows=20_000):
         err = np.abs(a[s:s + rows] - bb) / np.maximum(np.abs(bb), floor)
         worst = max(worst, float(err.max()))
     return worst
+
+
+def check_error(what, err, tol, failure=None):
+    """Print a checked error with its tolerance; exit with `failure` (or a default) when it exceeds it."""
+    print(f"  check {what}: max rel err {err:.2e} (tol {tol:.0e})")
+    if not err <= tol:
+        sys.exit(failure or f"{what}: {err:.2e} > {tol:.0e}")
 
 
 def print_first_calls(timed, compile_s):

@@ -22,17 +22,15 @@ ADGRAD_CACHE_DIR) and cached.
 """
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numba
 import numpy as np
 from numba import njit, prange
 
-from _harness import (KERNEL_OPTS, SPREAD_NOTE, add_timing_options, compile_times, environment, max_rel_err,
-                      print_command, print_compile_table, print_first_calls, time_calls)
+from _harness import (KERNEL_OPTS, SPREAD_NOTE, check_error, compile_times, environment, max_rel_err,
+                      print_compile_table, print_first_calls, start, time_calls)
 
 IN, OUT, BATCH = 16, 8, 32
 BLOCK = 256          # points per prange iteration of the hand kernel (scratch allocated per block)
@@ -197,24 +195,14 @@ def check(outs, X, Z, tol=1e-10, rows=2000):
             for key in out:
                 errs.append((f"{name} {key} vs {ref}", rel_err(out[key], outs[ref][key]), tol))
     for what, err, t in errs:
-        print(f"  check {what}: max rel err {err:.2e} (tol {t:.0e})")
-        if not err <= t:
-            sys.exit(f"{what}: {err:.2e} > {t:.0e}")
+        check_error(what, err, t)
 
 
 # ---------------------------------------------------------------- driver
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_timing_options(p)
-    p.add_argument("--quick", action="store_true", help="M = 5,000")
-    p.add_argument("--points", type=int, help="M (default 100,000, or 5,000 with --quick)")
-    p.add_argument("--no-compile-times", action="store_true", help="skip the cold/cached subprocesses")
-    p.add_argument("--show-source", action="store_true", help="print the two value+grad kernels' source")
-    args = p.parse_args(argv)
-    M = args.points or (5_000 if args.quick else 100_000)
-    numba.set_num_threads(args.threads)
-    print_command()
+    args, M = start(p, argv, 100_000, 5_000, "print the two value+grad kernels' source")
     print(f"\nseed 001: IN={IN}, OUT={OUT}, BATCH={BATCH}, M={M:,}")
 
     rng = np.random.default_rng(0)

@@ -23,17 +23,15 @@ first call) are measured in fresh subprocesses, cold (empty ADGRAD_CACHE_DIR) an
 The issue's target: adgrad stress+tangent within 2x of the hand-written kernel.
 """
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numba
 import numpy as np
 from numba import njit, prange
 
-from _harness import (FASTMATH, KERNEL_OPTS, SPREAD_NOTE, add_timing_options, compile_times, environment,
-                      max_rel_err, print_command, print_compile_table, print_first_calls, time_calls)
+from _harness import (FASTMATH, KERNEL_OPTS, SPREAD_NOTE, check_error, compile_times, environment,
+                      max_rel_err, print_compile_table, print_first_calls, start, time_calls)
 
 MU, LAM = 1.0, 2.0
 TARGET = 2.0
@@ -209,9 +207,7 @@ def check_tangent_fd(F, rows=500, h=1e-6, tol=1e-7):
             "hand P vs numpy": (rel_err(P, P_np), 1e-12),
             "hand A vs central differences of hand P": (rel_err(A, A_fd), tol)}
     for what, (err, t) in errs.items():
-        print(f"  check {what}: max rel err {err:.2e} (tol {t:.0e})")
-        if not err <= t:
-            sys.exit(f"{what}: {err:.2e} > {t:.0e}")
+        check_error(what, err, t)
 
 
 def check_adgrad(outs, tol=1e-10):
@@ -220,24 +216,14 @@ def check_adgrad(outs, tol=1e-10):
     for ad, hand, keys in pairs:
         for key in keys:
             err = rel_err(outs[hand][key], outs[ad][key])
-            print(f"  check {hand} {key} vs {ad}: max rel err {err:.2e} (tol {tol:.0e})")
-            if not err <= tol:
-                sys.exit(f"{hand} {key} disagrees with adgrad: {err:.2e} > {tol:.0e}")
+            check_error(f"{hand} {key} vs {ad}", err, tol, f"{hand} {key} disagrees with adgrad: {err:.2e} > {tol:.0e}")
 
 
 # ---------------------------------------------------------------- driver
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_timing_options(p)
-    p.add_argument("--quick", action="store_true", help="M = 50,000")
-    p.add_argument("--points", type=int, help="M (default 1,000,000, or 50,000 with --quick)")
-    p.add_argument("--no-compile-times", action="store_true", help="skip the cold/cached subprocesses")
-    p.add_argument("--show-source", action="store_true", help="print the stress+tangent kernel source")
-    args = p.parse_args(argv)
-    M = args.points or (50_000 if args.quick else 1_000_000)
-    numba.set_num_threads(args.threads)
-    print_command()
+    args, M = start(p, argv, 1_000_000, 50_000, "print the stress+tangent kernel source")
 
     with tempfile.TemporaryDirectory() as tmp:
         model_path = write_model(tmp)
