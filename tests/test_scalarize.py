@@ -2,6 +2,8 @@
 their upper triangle from the lower one, structural zeros stay zero, and only small kernels change."""
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from adgrad.engine import compile_model, load_model
 from adgrad.engine.ad.transform import jacobian_forward, jacobian_reverse
@@ -10,6 +12,7 @@ from adgrad.engine.ir.interp import interpret
 from adgrad.engine.opt.dce import dce
 from adgrad.engine.opt.scalarize import pays_off, scalarize
 from ir_oracle import derivative_graph
+from test_tensor_props import models
 
 SMALL = """
 adgrad: 1
@@ -130,3 +133,23 @@ def test_pack_rules_in_both_modes():
     got = interpret(dce(b.graph), {"x": xv}, {})
     np.testing.assert_allclose(got["fwd"], want, rtol=1e-15)
     np.testing.assert_allclose(got["rev"], want, rtol=1e-15)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                 HealthCheck.filter_too_much, HealthCheck.data_too_large])
+@given(case=models(max_depth=3, rank_max=2), seed=st.integers(0, 2**32 - 1), mode=st.sampled_from(["forward", "reverse"]))
+def test_scalarized_random_expressions_mean_the_same(model_from_text, case, seed, mode):
+    """Random tensor expressions (tests/test_tensor_props.py's generator) with gradients and
+    Hessians: the scalar graph interprets to the tensor graph's values."""
+    text, inputs, _ = case
+    m = model_from_text(text, "scalarize_props")
+    names = list(inputs)[:2]
+    requests = [("E", n) for n in names] + [("S", [n, n]) for n in names]
+    graph, symmetric = graph_of(m, requests, mode)
+    scalar = scalarize(graph, symmetric, limit=100_000)
+    point = {n: np.random.default_rng(seed).uniform(-1.0, 1.0, s) for n, s in inputs.items()}
+    want, got = interpret(graph, point, {}), interpret(scalar, point, {})
+    for name, w in want.items():
+        scale = max(1.0, float(np.max(np.abs(w), initial=0.0)))
+        np.testing.assert_allclose(got[name], w, rtol=1e-10, atol=1e-12 * scale, err_msg=f"{name} of\n{text}")
