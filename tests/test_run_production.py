@@ -325,6 +325,23 @@ def test_nan_error_names_global_row_and_input_dataset(tmp_path):
         assert int(f.attrs["nan_points"]) == 1 and np.isnan(f["dE_dc_sum"][()])      # inf * 0 at row 250
 
 
+def test_float32_output_counts_overflow_as_non_finite(tmp_path):
+    cfg = make_job(tmp_path, m=300)
+    with h5py.File(tmp_path / "in.h5", "r+") as f:
+        f["x"][[5, 100], 0] = -200.0                     # exp(100) = 2.7e43: finite, but not in float32
+    invoke("run", cfg, "-o", tmp_path / "f64.h5", "-q")
+    (tmp_path / "f32.yaml").write_text(cfg.read_text().replace("{path: out.h5}", "{path: f32.h5, dtype: float32}"))
+    result = invoke("run", tmp_path / "f32.yaml", "--chunk", 64)
+    assert result.exit_code == 0 and "non-finite points: 2" in result.stderr, result.output
+    with h5py.File(tmp_path / "f32.h5", "r") as f, h5py.File(tmp_path / "f64.h5", "r") as r, \
+            np.errstate(over="ignore"):
+        assert int(r.attrs["nan_points"]) == 0 and int(f.attrs["nan_points"]) == 2
+        for name in ("E", "dE_dx", "dE_da"):
+            assert f[name].dtype == np.float32
+            assert f[name][()].tobytes() == r[name][()].astype(np.float32).tobytes()
+        assert np.isinf(f["E"][[5, 100]]).all()
+
+
 def test_verbose_reports_phases_and_threading_layer(job, tmp_path):
     cfg, _ = job
     result = invoke("run", cfg, "-o", tmp_path / "o.h5", "-v", "--threads", 1)

@@ -131,7 +131,7 @@ def _run(config, model, kernel, reader, out_path, resuming, part, threads, chunk
                                 config.dtype, config.compression, chunk, {**attrs, "chunk": chunk, "started": now()})
     plan = Plan(row_start, row_stop - row_start, chunk)
     try:
-        outcome = stream(kernel, reader, out, plan, threads, config.nan == "error", should_stop,
+        outcome = stream(kernel, reader, out, plan, config.dtype, threads, config.nan == "error", should_stop,
                          progress or (lambda done, total: None))
         if outcome.stopped:
             out.stop({"threads": threads})

@@ -61,55 +61,65 @@ class _Chunk:
     seconds: float
 
 
-EXPONENT = 0x7FF0000000000000     # all ones in a double's exponent field: an infinity or a NaN
+# float dtype -> (int dtype of its width, its exponent field): all ones there is an infinity or a NaN
+EXPONENT = {np.dtype(np.float64): (np.int64, 0x7FF0000000000000), np.dtype(np.float32): (np.int32, 0x7F800000)}
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _mark_nonfinite(bits, bad):
-    """bad[i] |= row i of bits (n, k), float64 values viewed as int64, holds a NaN or an infinity.
-    An integer max reduction, which vectorizes (a float test with early exit does not)."""
+def _mark_nonfinite(bits, exponent, bad):
+    """bad[i] |= row i of bits (n, k), floats viewed as integers, holds a NaN or an infinity. An
+    integer max reduction, which vectorizes (a float test with an early exit does not)."""
     for i in numba.prange(bits.shape[0]):
         top = 0
         for j in range(bits.shape[1]):
-            top = max(top, bits[i, j] & EXPONENT)
-        if top == EXPONENT:
+            top = max(top, bits[i, j] & exponent)
+        if top == exponent:
             bad[i] = True
 
 
-def _buffers(shapes, n):
-    return {name: np.empty((n,) + tuple(shape)) for name, shape in shapes.items()}
+def _buffers(shapes, n, dtype=np.float64):
+    return {name: np.empty((n,) + tuple(shape), dtype=dtype) for name, shape in shapes.items()}
 
 
-def stream(kernel, reader, out, plan: Plan, threads: int, nan_error: bool, should_stop, on_chunk) -> Outcome:
+def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool, should_stop, on_chunk) -> Outcome:
     """Compute chunks out.done .. plan.chunks - 1 of `plan` into `out`, committing each in order.
+    Per-point results are kept in the output's `dtype` (the worker casts; the writer only copies).
 
     should_stop() is asked once per chunk; when true, the chunk just computed is written and committed
     and nothing new starts. on_chunk(points_done, points_total) comes first and after every commit.
-    With nan_error a non-finite point raises JobError naming its row and dataset (chunks before it stay committed)."""
+    With nan_error a non-finite point raises JobError naming its row and dataset (the chunks before it
+    stay committed)."""
     outcome = Outcome()
     t = outcome.timings
     first, n = out.done, plan.chunks
     size = min(plan.chunk, max(plan.rows, 1))
     in_shapes = {name: v.shape for name, v in kernel.graph.inputs.items()}
-    sets = [(_buffers(in_shapes, size), _buffers(kernel.output_shapes, size)) for _ in range(min(SETS, n - first))]
-    labels = [f"input dataset '{reader.datasets[k].name.lstrip('/')}'" for k in kernel.graph.inputs] + \
-             [f"output '{k}'" for k in kernel.output_shapes]
+    per_point = {name: shape for name, shape in kernel.output_shapes.items() if name not in kernel.reduced}
+    sets = [(_buffers(in_shapes, size), _buffers(per_point, size, dtype)) for _ in range(min(SETS, n - first))]
+    # per-point rows of the summed results live only in the worker: one set is enough
+    rows = _buffers({name: kernel.output_shapes[name] for name in kernel.reduced}, size)
+    labels = {name: f"input dataset '{ds.name.lstrip('/')}'" for name, ds in reader.datasets.items()}
     sums = out.sums
     nan_points = out.nan_points
 
     def compute(k):
         t0 = time.perf_counter()
         a, b = plan.bounds(k)
-        ins, outs = ({name: buf[: b - a] for name, buf in d.items()} for d in sets[k % SETS])
-        kernel.evaluate(ins, out=outs, threads=threads)
-        arrays = list(ins.values()) + list(outs.values())
+        inputs, results = sets[k % SETS]
+        ins = {name: buf[: b - a] for name, buf in inputs.items()}
+        outs = {name: buf[: b - a] for name, buf in {**results, **rows}.items()}
+        with np.errstate(over="ignore"):    # a float32 overflow becomes inf, counted below as non-finite
+            kernel.evaluate(ins, out=outs, threads=threads)
+        arrays = [(labels[name], arr) for name, arr in ins.items()] + \
+                 [(f"output '{name}'", arr) for name, arr in outs.items()]
         bad = np.zeros(b - a, dtype=np.bool_)
-        for arr in arrays:
-            _mark_nonfinite(arr.reshape(b - a, -1).view(np.int64), bad)
+        for _, arr in arrays:
+            itype, exponent = EXPONENT[arr.dtype]
+            _mark_nonfinite(arr.reshape(b - a, -1).view(itype), exponent, bad)
         first_bad = None
         if bad.any():
             i = int(np.argmax(bad))
-            first_bad = (i, next(lab for lab, arr in zip(labels, arrays) if not np.isfinite(arr[i]).all()))
+            first_bad = (i, next(label for label, arr in arrays if not np.isfinite(arr[i]).all()))
         chunk_sums = {}
         for name in kernel.reduced:
             chunk_sums[name] = ExactSum(kernel.output_shapes[name])
