@@ -52,6 +52,7 @@ compute:
     - {of: E, wrt: c, reduce: sum}
 engine: {chunk: CHUNK}
 """
+DEFAULT_HANDLERS = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}   # restored after a run
 VOLATILE = {"started", "finished", "threads"}      # attributes that say when and how fast, not what
 
 
@@ -111,11 +112,11 @@ def committed(path):
         return 0
 
 
-def interrupt_after(cfg, out, points, **kw):
-    """Run in this process and send ourselves SIGTERM once `points` points are done."""
+def interrupt_after(cfg, out, points, signum=signal.SIGTERM, **kw):
+    """Run in this process and send ourselves `signum` once `points` points are done."""
     def progress(done, total):
         if done >= points:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signum)
     with pytest.raises(Interrupted) as exc:
         run_job(load_config_file(str(cfg)), output=str(out), progress=progress, **kw)
     return str(exc.value)
@@ -172,12 +173,14 @@ def test_kill_9_at_random_moments_then_resume_is_bit_identical(job, tmp_path):
     assert_same_file(out, ref)
 
 
-def test_resume_in_process_after_stop(job, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_resume_in_process_after_stop(job, tmp_path, signum):
     cfg, ref = job
     out = tmp_path / "out.h5"
-    message = interrupt_after(cfg, out, 2500, threads=1)
+    message = interrupt_after(cfg, out, 2500, signum, threads=1)
     # the signal comes while chunk 251 computes: it is finished and committed, nothing more starts
-    assert "stopped by SIGTERM after 251 of 600 chunks (2510 of 6000 points)" in message
+    assert f"stopped by {signum.name} after 251 of 600 chunks (2510 of 6000 points)" in message
+    assert signal.getsignal(signum) == DEFAULT_HANDLERS[signum]
     summary = run_job(load_config_file(str(cfg)), output=str(out), resume=True, threads=2)
     assert summary.computed == M - 2510 and summary.points == M
     assert_same_file(out, ref)
