@@ -113,14 +113,15 @@ class OutputFile:
 
     def __init__(self, path, file):
         self.path, self.file = path, file
-        self.per_point = {n: ds for n, ds in file.items() if isinstance(ds, h5py.Dataset) and n not in file["_adgrad/exact"]}
-        self.reduced = list(file["_adgrad/exact"])
+        reduced = file["_adgrad/exact"]
+        self.per_point = {n: ds for n, ds in file.items() if isinstance(ds, h5py.Dataset) and n not in reduced}
         commit = file["_adgrad/commit"][...]
         self._slot = int(np.argmax(commit))         # the slot holding the latest commit
         self.done = int(commit[self._slot])
         self.nan_points = int(file["_adgrad/slot_nan"][self._slot]) if self.done else 0
+        # the exact sums of the committed chunks; the pipeline adds each new chunk before committing it
         self.sums = {n: ExactSum.from_state(file["_adgrad/slots"][n][self._slot]) if self.done
-                     else ExactSum(file[n].shape) for n in self.reduced}
+                     else ExactSum(file[n].shape) for n in reduced}
 
     @classmethod
     def create(cls, path, shapes: dict, reduced, rows: int, dtype, compression, chunk_rows, attrs: dict):
@@ -186,9 +187,7 @@ class OutputFile:
 
     def finish(self, attrs: dict):
         """Write the sums and exact states of the last commit, then the attributes, `complete` last."""
-        for name in self.reduced:
-            acc = ExactSum.from_state(self.file["_adgrad/slots"][name][self._slot]) if self.done \
-                else ExactSum(self.file[name].shape)
+        for name, acc in self.sums.items():
             self.file[name][...] = acc.value()
             self.file["_adgrad/exact"][name][...] = acc.state()
         self.file.flush()
