@@ -24,7 +24,7 @@ from adgrad.engine.runtime.job import Interrupted
 from adgrad.engine.runtime.job import run as run_job
 from adgrad.engine.spec import load_config_file
 
-ADGRAD = [str(Path(sys.executable).with_name("adgrad"))]
+ADGRAD = [sys.executable, "-c", "from adgrad.cli.main import cli; cli()"]   # `adgrad`, whatever the PATH
 M = 6000
 
 MODEL = """\
