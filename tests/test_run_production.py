@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from adgrad.cli.main import cli
 from adgrad.engine.errors import JobError
+from adgrad.engine.h5.direct import DirectWriter, aligned_empty
 from adgrad.engine.runtime.exactsum import ExactSum
 from adgrad.engine.runtime.job import Interrupted
 from adgrad.engine.runtime.job import run as run_job
@@ -244,6 +245,39 @@ def test_threads_and_chunks_give_the_same_bits(job, tmp_path):
         for name in b:
             if not name.startswith("_adgrad/") or name.startswith("_adgrad/exact/"):
                 assert a[name].tobytes() == b[name].tobytes(), (threads, chunk, name)
+
+
+def _o_direct_works(directory):
+    """Whether this file system takes aligned O_DIRECT writes (tmpfs, for one, may not)."""
+    path = directory / "probe.bin"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT)
+        try:
+            return os.pwritev(fd, [aligned_empty((4096,), np.uint8)], 0) == 4096
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+
+
+def test_whole_block_chunks_go_out_with_o_direct_and_equal_buffered_writes(job, tmp_path, monkeypatch):
+    """With --chunk 2048 every HDF5 chunk is whole 4 KiB blocks: the rows go straight from the
+    buffers to the file (O_DIRECT), the last HDF5 chunk partly past the end (M = 6000), and the file
+    holds the bits that buffered writes give."""
+    if not _o_direct_works(tmp_path):
+        pytest.skip(f"the file system of {tmp_path} has no O_DIRECT; runs there write through h5py")
+    cfg, ref = job
+    taken = []
+    write = DirectWriter.write
+    monkeypatch.setattr(DirectWriter, "write", lambda self, *a: taken.append(write(self, *a)) or taken[-1])
+    out = tmp_path / "direct.h5"
+    result = invoke("run", cfg, "-o", out, "--chunk", 2048, "-q")
+    assert result.exit_code == 0, result.output
+    assert taken and all(taken)
+    (a, _), (b, _) = contents(out), contents(ref)
+    for name in b:
+        if not name.startswith("_adgrad/") or name.startswith("_adgrad/exact/"):
+            assert a[name].tobytes() == b[name].tobytes(), name
 
 
 def test_reduced_sums_are_correctly_rounded(job):

@@ -11,15 +11,15 @@ from ..errors import DataError
 
 
 @contextlib.contextmanager
-def atomic_h5(path):
-    """Yield an h5py.File opened for writing at a temporary path in `path`'s directory; on success it is
+def atomic_h5(path, **options):
+    """Yield an h5py.File (with h5py.File `options`) opened for writing at a temporary path in `path`'s directory; on success it is
     closed and renamed to `path` (os.replace, atomic on one file system); on any failure, including
     Ctrl-C, it is removed, so `path` is either the old file or the complete new one. The file gets the
     usual permissions (0666 less the umask), as h5py.File(path, "w") would give it."""
     directory, name = os.path.split(os.path.abspath(path))
     tmp = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        f = h5py.File(tmp, "x")         # "x": never clobbers another process's temporary file
+        f = h5py.File(tmp, "x", **options)     # "x": never clobbers another process's temporary file
     except OSError as exc:
         raise DataError(f"{path}: cannot create output file ({_reason(exc)})") from None
     try:

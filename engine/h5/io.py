@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import DataError
 from ..runtime.exactsum import STATE, ExactSum
 from .atomic import atomic_h5
+from .direct import ALIGN, FILE_OPTIONS, DirectWriter
 
 FINGERPRINT_BYTES = 1 << 20     # hashed from each end of the input file
 
@@ -102,10 +103,12 @@ def _early():
 
 def _chunk_rows(rows, row_bytes, target=1 << 20):
     """Rows per HDF5 chunk: about `target` bytes and, where that costs at most half of it, a divisor
-    of `rows` (the rows per adgrad chunk), so that every write covers whole HDF5 chunks."""
+    of `rows` (the rows per adgrad chunk), so that every write covers whole HDF5 chunks; among those,
+    preferably a whole number of ALIGN blocks, so that the rows can be written with O_DIRECT."""
     limit = max(1, min(rows, target // max(row_bytes, 1)))
-    divisor = next(d for d in range(limit, 0, -1) if rows % d == 0)
-    return divisor if 2 * divisor >= limit else limit
+    divisors = [d for d in range(limit, 0, -1) if rows % d == 0 and 2 * d >= limit]
+    aligned = [d for d in divisors if d * row_bytes % ALIGN == 0]
+    return (aligned or divisors or [limit])[0]
 
 
 class OutputFile:
@@ -115,6 +118,7 @@ class OutputFile:
         self.path, self.file = path, file
         reduced = file["_adgrad/exact"]
         self.per_point = {n: ds for n, ds in file.items() if isinstance(ds, h5py.Dataset) and n not in reduced}
+        self.direct = DirectWriter(path, self.per_point)
         commit = file["_adgrad/commit"][...]
         self._slot = int(np.argmax(commit))         # the slot holding the latest commit
         self.done = int(commit[self._slot])
@@ -127,7 +131,7 @@ class OutputFile:
     def create(cls, path, shapes: dict, reduced, rows: int, dtype, compression, chunk_rows, attrs: dict):
         """Lay out the whole file under a temporary name, then rename it to `path` and open it."""
         comp = None if compression == "none" else compression
-        with atomic_h5(path) as f:
+        with atomic_h5(path, **FILE_OPTIONS) as f:
             for k, v in attrs.items():
                 f.attrs[k] = v
             f.attrs.update({"complete": False, "chunks_done": 0, "nan_points": 0, "finished": ""})
@@ -170,12 +174,13 @@ class OutputFile:
         """Rows [start, stop) of the file from the first stop - start rows of `buffers`."""
         n = stop - start
         for name, ds in self.per_point.items():
-            if n:
+            if n and not self.direct.write(name, start, stop, buffers[name]):
                 ds.write_direct(buffers[name], np.s_[0:n], np.s_[start:stop])
 
     def commit(self, done: int, nan_points: int, sums: dict):
         """Record `done` finished chunks (whose rows are written) with their counts and exact sums."""
-        self.file.flush()                           # the rows first
+        self.direct.wait()                          # the rows first
+        self.file.flush()
         slot = 1 - self._slot
         self.file["_adgrad/slot_nan"][slot] = nan_points
         for name, acc in sums.items():
@@ -201,4 +206,5 @@ class OutputFile:
         self.file.flush()
 
     def close(self):
+        self.direct.close()
         self.file.close()

@@ -14,7 +14,6 @@ import os
 from dataclasses import dataclass
 from importlib.metadata import version
 
-import h5py
 import numpy as np
 
 from ..errors import DataError, SpecError
