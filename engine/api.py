@@ -60,11 +60,14 @@ class CompiledKernel:
     def modes(self):
         return {d.name: d.mode for d in self.derivatives}
 
-    def evaluate(self, inputs: dict, out: dict | None = None, params: dict | None = None, threads=None):
+    def evaluate(self, inputs: dict, out: dict | None = None, params: dict | None = None, threads=None,
+                 nonfinite: np.ndarray | None = None):
         """Evaluate at every point. `inputs`: name -> array (M, *shape). `out`: optional preallocated
         arrays (M, *shape), float64 C-contiguous ones are filled in place; for a reduced (summed)
         result an array (*shape) gets the correctly rounded sum, an ExactSum gets the rows added, and
-        an array (M, *shape) gets the per-point rows. Returns {name: array or that ExactSum}."""
+        an array (M, *shape) gets the per-point rows. `nonfinite`: an optional bool array (M,), set
+        to whether each point's inputs or float64 results hold a NaN or an infinity.
+        Returns {name: array or that ExactSum}."""
         g = self.graph
         m = None
         rows = []
@@ -106,7 +109,8 @@ class CompiledKernel:
             numba.set_num_threads(threads)
         n_workers = max(1, min(numba.get_num_threads(), m or 1))
         ws = np.zeros((n_workers, max(1, self.workspace_size)))
-        self.module.batch(*rows, *prms, *targets, ws)
+        bad = np.empty(m, dtype=np.bool_) if nonfinite is None else nonfinite
+        self.module.batch(*rows, *prms, *targets, ws, bad)
         for dst, t, reduce in copies:
             if not reduce:
                 dst[...] = t.reshape(dst.shape)

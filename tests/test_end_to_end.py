@@ -186,3 +186,18 @@ def test_eam_gradient_kernel_calls_exp_once_per_element():
     point = kernel.source[kernel.source.index("def point("):kernel.source.index("def batch(")]
     assert point.count("np.exp(") == 1
     assert point.count("for i0 in range(100):") == 2
+
+
+def test_evaluate_flags_points_with_nonfinite_inputs_or_results(model_from_text):
+    """The batch driver checks each point's rows as it writes them: a NaN input (row 3), an
+    overflowing result (row 5) and an infinite gradient only (row 6) are flagged, nothing else."""
+    model = model_from_text("adgrad: 1\ninputs:\n  x: {shape: [3]}\noutputs:\n  E: sum(exp(x)) + sqrt(x[0])\n",
+                            "flags")
+    kernel = compile_model(model, [("E", "x")], mode="reverse")
+    x = np.ones((8, 3))
+    x[3, 1] = np.nan
+    x[5, 2] = 1000.0
+    x[6, 0] = 0.0                           # sqrt: finite value, infinite derivative
+    flags = np.ones(8, dtype=bool)
+    kernel.evaluate({"x": x}, nonfinite=flags)
+    assert np.flatnonzero(flags).tolist() == [3, 5, 6]

@@ -20,13 +20,16 @@ import numpy as np
 from numba import njit, prange
 from adgrad.engine.codegen.scalar import sign as __sign, sigmoid as __sigmoid, softplus as __softplus
 from adgrad.engine.codegen.scalar import minimum as __minimum, maximum as __maximum
+from adgrad.engine.codegen.scalar import nonfinite as __nonfinite
 '''
 
 DRIVER = '''
 
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def batch({rows}, ws):
-    """Rows [0, m) of every array, split statically over the workspace rows (one per worker)."""
+def batch({rows}, ws, bad):
+    """Rows [0, m) of every array, split statically over the workspace rows (one per worker).
+    bad[i]: whether row i of an input or a result holds a NaN or an infinity, checked while the
+    row is still in cache (a separate pass over the chunk would read it all from memory again)."""
     n_workers = ws.shape[0]
     m = {first}.shape[0]
     for w in prange(n_workers):
@@ -35,6 +38,7 @@ def batch({rows}, ws):
         hi = (w + 1) * m // n_workers
         for i in range(lo, hi):
             point({row_args}, work)
+            bad[i] = {checks}
 '''
 
 
@@ -55,7 +59,8 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point):
     rows = [f"{a}" for a in point_args]
     row_args = ", ".join(f"{a}[i]" if pp else a for a, pp in zip(point_args, per_point))
     first = next(a for a, pp in zip(point_args, per_point) if pp)
-    src += DRIVER.format(rows=", ".join(rows), first=first, row_args=row_args)
+    checks = " or ".join(f"__nonfinite({a}[i])" for a, pp in zip(point_args, per_point) if pp)
+    src += DRIVER.format(rows=", ".join(rows), first=first, row_args=row_args, checks=checks)
     return src
 
 

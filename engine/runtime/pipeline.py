@@ -110,14 +110,15 @@ def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool
         inputs, results = sets[k % SETS]
         ins = {name: buf[: b - a] for name, buf in inputs.items()}
         outs = {name: buf[: b - a] for name, buf in {**results, **rows}.items()}
+        bad = np.empty(b - a, dtype=np.bool_)
         with np.errstate(over="ignore"):    # a float32 overflow becomes inf, counted below as non-finite
-            kernel.evaluate(ins, out=outs, threads=threads)
+            kernel.evaluate(ins, out=outs, threads=threads, nonfinite=bad)    # checks float64 rows
         arrays = [(labels[name], arr) for name, arr in ins.items()] + \
                  [(f"output '{name}'", arr) for name, arr in outs.items()]
-        bad = np.zeros(b - a, dtype=np.bool_)
         for _, arr in arrays:
-            itype, exponent = EXPONENT[arr.dtype]
-            _mark_nonfinite(arr.reshape(b - a, -1).view(itype), exponent, bad)
+            if arr.dtype != np.float64:     # stored narrower than computed: check what is stored
+                itype, exponent = EXPONENT[arr.dtype]
+                _mark_nonfinite(arr.reshape(b - a, -1).view(itype), exponent, bad)
         first_bad = None
         if bad.any():
             i = int(np.argmax(bad))
