@@ -109,8 +109,10 @@ class CompiledKernel:
             numba.set_num_threads(threads)
         n_workers = max(1, min(numba.get_num_threads(), m or 1))
         ws = np.zeros((n_workers, max(1, self.workspace_size)))
-        bad = np.empty(m, dtype=np.bool_) if nonfinite is None else nonfinite
-        self.module.batch(*rows, *prms, *targets, ws, bad)
+        if nonfinite is None:
+            self.module.batch(*rows, *prms, *targets, ws)
+        else:
+            self.module.batch_checked(*rows, *prms, *targets, ws, nonfinite)
         for dst, t, reduce in copies:
             if not reduce:
                 dst[...] = t.reshape(dst.shape)

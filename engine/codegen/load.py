@@ -26,10 +26,8 @@ from adgrad.engine.codegen.scalar import nonfinite as __nonfinite
 DRIVER = '''
 
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def batch({rows}, ws, bad):
-    """Rows [0, m) of every array, split statically over the workspace rows (one per worker).
-    bad[i]: whether row i of an input or a result holds a NaN or an infinity, checked while the
-    row is still in cache (a separate pass over the chunk would read it all from memory again)."""
+def {name}({rows}, ws{extra}):
+    """Rows [0, m) of every array, split statically over the workspace rows (one per worker).{doc}"""
     n_workers = ws.shape[0]
     m = {first}.shape[0]
     for w in prange(n_workers):
@@ -37,9 +35,12 @@ def batch({rows}, ws, bad):
         lo = w * m // n_workers
         hi = (w + 1) * m // n_workers
         for i in range(lo, hi):
-            point({row_args}, work)
-            bad[i] = {checks}
+            point({row_args}, work){check}
 '''
+CHECK_DOC = '''
+    bad[i]: whether row i of an input or a result holds a NaN or an infinity, checked while the
+    row is still in cache (a separate pass over the chunk would read it all from memory again).'''
+
 
 
 def cache_dir():
@@ -60,7 +61,10 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point):
     row_args = ", ".join(f"{a}[i]" if pp else a for a, pp in zip(point_args, per_point))
     first = next(a for a, pp in zip(point_args, per_point) if pp)
     checks = " or ".join(f"__nonfinite({a}[i])" for a, pp in zip(point_args, per_point) if pp)
-    src += DRIVER.format(rows=", ".join(rows), first=first, row_args=row_args, checks=checks)
+    common = dict(rows=", ".join(rows), first=first, row_args=row_args)
+    src += DRIVER.format(name="batch", extra="", doc="", check="", **common)
+    src += DRIVER.format(name="batch_checked", extra=", bad", doc=CHECK_DOC, check=f"\n            bad[i] = {checks}",
+                         **common)
     return src
 
 

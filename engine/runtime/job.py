@@ -73,6 +73,9 @@ def prepare(config: Config):
     model = build(config.model).with_params(config.param_overrides)
     t0 = time.perf_counter()
     kernel = compile_model(model, config.derivatives, mode=config.mode, values=list(config.values))
+    # the run calls the driver that also flags non-finite points: compile (or load) it now
+    kernel.evaluate({n: np.empty((0,) + v.shape) for n, v in kernel.graph.inputs.items()},
+                    nonfinite=np.empty(0, dtype=np.bool_))
     return model, kernel, time.perf_counter() - t0
 
 
