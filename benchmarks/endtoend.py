@@ -34,7 +34,6 @@ import h5py
 import numba
 import numpy as np
 
-from adgrad.engine.h5.direct import FILE_OPTIONS, chunk_rows_for
 from adgrad.engine.runtime.job import prepare
 from adgrad.engine.runtime.job import run as run_job
 from adgrad.engine.spec import load_config_file
@@ -57,12 +56,10 @@ engine: {{chunk: {chunk}, threads: 0}}
 
 
 def write_points(path, m):
-    """m EAM points, streamed in blocks of BLOCK rows (the values do not depend on BLOCK), laid out
-    as `adgrad sample` lays out its files: aligned chunks of whole blocks, which adgrad run reads
-    with O_DIRECT (engine/h5/direct.py)."""
+    """m EAM points, streamed in blocks of BLOCK rows (the values do not depend on BLOCK)."""
     rng = np.random.default_rng(SEED)
-    with h5py.File(path, "w", **FILE_OPTIONS) as f:
-        ds = f.create_dataset("points", shape=(m, N), dtype="f8", chunks=(chunk_rows_for(min(m, 65536), 8 * N), N))
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("points", shape=(m, N), dtype="f8", chunks=(min(m, 4096), N))
         for a in range(0, m, BLOCK):
             b = min(m, a + BLOCK)
             ds[a:b] = rng.random((b - a, N))

@@ -18,9 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from adgrad.cli.main import cli
-from adgrad.engine import compile_model, load_model
 from adgrad.engine.errors import JobError
-from adgrad.engine.h5.direct import DirectReader, DirectWriter, aligned_empty
+from adgrad.engine.h5.direct import DirectWriter, aligned_empty
 from adgrad.engine.runtime.exactsum import ExactSum
 from adgrad.engine.runtime.job import Interrupted
 from adgrad.engine.runtime.job import run as run_job
@@ -279,34 +278,6 @@ def test_whole_block_chunks_go_out_with_o_direct_and_equal_buffered_writes(job, 
     for name in b:
         if not name.startswith("_adgrad/") or name.startswith("_adgrad/exact/"):
             assert a[name].tobytes() == b[name].tobytes(), name
-
-
-def test_sampled_inputs_are_read_with_o_direct(tmp_path, monkeypatch):
-    """`adgrad sample` lays out aligned whole-block chunks, so `adgrad run` reads them with O_DIRECT,
-    also from a shard whose rows start inside an HDF5 chunk; the results equal the kernel's on the
-    rows read by h5py."""
-    if not _o_direct_works(tmp_path):
-        pytest.skip(f"the file system of {tmp_path} has no O_DIRECT; runs there read through h5py")
-    (tmp_path / "model.yaml").write_text(MODEL)
-    cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(CONFIG.replace("CHUNK", "2048"))
-    assert invoke("sample", cfg, "-n", 9000, "-o", tmp_path / "in.h5", "--chunk", 2048).exit_code == 0
-    direct = []
-    read = DirectReader.read
-    monkeypatch.setattr(DirectReader, "read", lambda self, *a: _note(direct, read(self, *a)))
-    result = invoke("run", cfg, "-o", tmp_path / "out.h5", "--shard", "1/3", "-q")
-    assert result.exit_code == 0, result.output
-    assert direct and all(direct)
-    with h5py.File(tmp_path / "in.h5", "r") as f:
-        x = f["x"][3000:6000]
-    kernel = compile_model(load_model(tmp_path / "model.yaml"), [("E", "x")])
-    with h5py.File(tmp_path / "out.shard1of3.h5", "r") as f:
-        np.testing.assert_array_equal(f["dE_dx"][()], kernel.evaluate({"x": x})["dE_dx"])
-
-
-def _note(log, rows):
-    log.append(rows is not None)
-    return rows
 
 
 def test_reduced_sums_are_correctly_rounded(job):

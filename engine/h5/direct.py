@@ -22,16 +22,6 @@ ALIGN = 4096                     # file offsets, lengths and memory: a page cove
 FILE_OPTIONS = {"alignment_threshold": ALIGN, "alignment_interval": ALIGN}
 
 
-def chunk_rows_for(rows, row_bytes, target=1 << 20):
-    """Rows per HDF5 chunk: about `target` bytes and, where that costs at most half of it, a divisor
-    of `rows` (the rows per adgrad chunk), so that every write covers whole HDF5 chunks; among those,
-    preferably a whole number of ALIGN blocks, so that the rows can be written with O_DIRECT."""
-    limit = max(1, min(rows, target // max(row_bytes, 1)))
-    divisors = [d for d in range(limit, 0, -1) if rows % d == 0 and 2 * d >= limit]
-    aligned = [d for d in divisors if d * row_bytes % ALIGN == 0]
-    return (aligned or divisors or [limit])[0]
-
-
 def aligned_empty(shape, dtype=np.float64):
     """np.empty whose data starts on an ALIGN boundary (what O_DIRECT needs of the memory)."""
     nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
@@ -122,58 +112,6 @@ class DirectWriter:
         if self.pool is not None:
             self.pool.shutdown(wait=True)
             self.pool = None
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
-class DirectReader:
-    """Reads row ranges of the datasets whose layout allows it with O_DIRECT, whole HDF5 chunks at a
-    time, into page-aligned buffers: the device does the copy, not the reading thread."""
-
-    def __init__(self, path, datasets: dict):
-        self.layout = {name: lay for name, ds in datasets.items()
-                       if ds.dtype == np.dtype("<f8") and (lay := _layout(ds)) is not None}
-        self.fd = None
-        if self.layout and hasattr(os, "O_DIRECT"):
-            try:
-                self.fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-                block = aligned_empty((ALIGN,), np.uint8)
-                if os.preadv(self.fd, [block], min(lay[0][0] for lay in self.layout.values())) != ALIGN:
-                    raise OSError("short O_DIRECT probe")
-            except OSError:                # the file system has no O_DIRECT: h5py reads everything
-                self.close()
-        if self.fd is None:
-            self.layout = {}
-
-    def slack_rows(self, name):
-        """Rows a buffer needs beyond the rows asked for: reads start and end on HDF5 chunks."""
-        lay = self.layout.get(name)
-        return 2 * lay[1] if lay else 0
-
-    def read(self, name, start, stop, buf: np.ndarray):
-        """Rows [start, stop) of dataset `name` as a view into `buf` (page-aligned, C-contiguous,
-        with slack_rows to spare), or None if this read cannot go direct."""
-        lay = self.layout.get(name)
-        if lay is None or buf.ctypes.data % ALIGN or not buf.flags.c_contiguous:
-            return None
-        offsets, chunk_rows, row_bytes, _ = lay
-        first, last = start // chunk_rows, -(-stop // chunk_rows)
-        if (last - first) * chunk_rows > len(buf):
-            return None
-        mem = memoryview(buf.reshape(-1).view(np.uint8))
-        size = chunk_rows * row_bytes
-        for c in range(first, last):
-            piece, offset = mem[(c - first) * size:(c - first + 1) * size], offsets[c]
-            while piece:                   # preadv may read less than asked; carry on from there
-                done = os.preadv(self.fd, [piece], offset)
-                if done == 0:
-                    raise OSError(f"unexpected end of file reading rows of '{name}'")
-                piece, offset = piece[done:], offset + done
-        skip = start - first * chunk_rows
-        return buf[skip: skip + stop - start]
-
-    def close(self):
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None

@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import DataError
 from ..runtime.exactsum import STATE, ExactSum
 from .atomic import atomic_h5
-from .direct import FILE_OPTIONS, DirectReader, DirectWriter, chunk_rows_for
+from .direct import ALIGN, FILE_OPTIONS, DirectWriter
 
 FINGERPRINT_BYTES = 1 << 20     # hashed from each end of the input file
 
@@ -44,7 +44,6 @@ class InputReader:
         except (OSError, FileNotFoundError) as exc:
             raise DataError(f"{path}: cannot open input file ({_reason(exc)})") from None
         self.datasets, self.points = {}, None
-        self.direct = DirectReader(path, {})     # none until every dataset is checked
         for name, dname in datasets.items():
             if dname not in self.file:
                 have = ", ".join(sorted(self.file.keys())) or "nothing"
@@ -65,29 +64,18 @@ class InputReader:
             self.datasets[name] = ds
         if self.points is None:
             self.points = 0
-        self.direct = DirectReader(path, self.datasets)
 
     def read(self, start, stop):
         return {n: np.asarray(ds[start:stop], dtype=np.float64) for n, ds in self.datasets.items()}
 
-    def slack_rows(self, name):
-        """Rows a read buffer needs beyond the rows of a chunk (see DirectReader)."""
-        return self.direct.slack_rows(name)
-
-    def read_into(self, start, stop, buffers: dict) -> dict:
-        """Rows [start, stop) of every input, read into float64 `buffers` (page-aligned, with
-        slack_rows to spare): {name: the rows, a view into its buffer}."""
-        n, rows = stop - start, {}
+    def read_into(self, start, stop, buffers: dict):
+        """Rows [start, stop) of every input into the first stop - start rows of float64 `buffers`."""
+        n = stop - start
         for name, ds in self.datasets.items():
-            rows[name] = self.direct.read(name, start, stop, buffers[name]) if n else None
-            if rows[name] is None:
-                if n:
-                    ds.read_direct(buffers[name], np.s_[start:stop], np.s_[0:n])
-                rows[name] = buffers[name][:n]
-        return rows
+            if n:
+                ds.read_direct(buffers[name], np.s_[start:stop], np.s_[0:n])
 
     def close(self):
-        self.direct.close()
         self.file.close()
 
 
@@ -111,6 +99,16 @@ def _early():
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
     return {"dcpl": dcpl, "fill_time": "never"}
+
+
+def _chunk_rows(rows, row_bytes, target=1 << 20):
+    """Rows per HDF5 chunk: about `target` bytes and, where that costs at most half of it, a divisor
+    of `rows` (the rows per adgrad chunk), so that every write covers whole HDF5 chunks; among those,
+    preferably a whole number of ALIGN blocks, so that the rows can be written with O_DIRECT."""
+    limit = max(1, min(rows, target // max(row_bytes, 1)))
+    divisors = [d for d in range(limit, 0, -1) if rows % d == 0 and 2 * d >= limit]
+    aligned = [d for d in divisors if d * row_bytes % ALIGN == 0]
+    return (aligned or divisors or [limit])[0]
 
 
 class OutputFile:
@@ -148,7 +146,7 @@ class OutputFile:
                     exact.create_dataset(name, shape=shape + (STATE,), dtype=np.int64, **_early())
                     slots.create_dataset(name, shape=(2,) + shape + (STATE,), dtype=np.int64, **_early())
                     continue
-                per_chunk = chunk_rows_for(min(rows or 1, chunk_rows), int(np.prod(shape)) * np.dtype(dtype).itemsize)
+                per_chunk = _chunk_rows(min(rows or 1, chunk_rows), int(np.prod(shape)) * np.dtype(dtype).itemsize)
                 f.create_dataset(name, shape=(rows,) + shape, dtype=dtype, chunks=(per_chunk,) + shape,
                                  maxshape=None if rows else (None,) + shape, compression=comp,
                                  **({} if comp else _early()))

@@ -97,10 +97,7 @@ def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool
     size = min(plan.chunk, max(plan.rows, 1))
     in_shapes = {name: v.shape for name, v in kernel.graph.inputs.items()}
     per_point = {name: shape for name, shape in kernel.output_shapes.items() if name not in kernel.reduced}
-    sets = [({name: aligned_empty((size + reader.slack_rows(name),) + tuple(shape))
-               for name, shape in in_shapes.items()}, _buffers(per_point, size, dtype))
-            for _ in range(min(SETS, n - first))]
-    rows_read = [None] * SETS           # per set: the rows of the chunk read into it (views)
+    sets = [(_buffers(in_shapes, size), _buffers(per_point, size, dtype)) for _ in range(min(SETS, n - first))]
     # per-point rows of the summed results live only in the worker: one set is enough
     rows = _buffers({name: kernel.output_shapes[name] for name in kernel.reduced}, size)
     labels = {name: f"input dataset '{ds.name.lstrip('/')}'" for name, ds in reader.datasets.items()}
@@ -110,8 +107,8 @@ def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool
     def compute(k):
         t0 = time.perf_counter()
         a, b = plan.bounds(k)
-        results = sets[k % SETS][1]
-        ins = rows_read[k % SETS]
+        inputs, results = sets[k % SETS]
+        ins = {name: buf[: b - a] for name, buf in inputs.items()}
         outs = {name: buf[: b - a] for name, buf in {**results, **rows}.items()}
         bad = np.empty(b - a, dtype=np.bool_)
         with np.errstate(over="ignore"):    # a float32 overflow becomes inf, counted below as non-finite
@@ -135,7 +132,7 @@ def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool
     def read(k):
         t0 = time.perf_counter()
         a, b = plan.bounds(k)
-        rows_read[k % SETS] = reader.read_into(plan.row_start + a, plan.row_start + b, sets[k % SETS][0])
+        reader.read_into(plan.row_start + a, plan.row_start + b, sets[k % SETS][0])
         t.read += time.perf_counter() - t0
 
     on_chunk(min(first * plan.chunk, plan.rows), plan.rows)

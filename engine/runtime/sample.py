@@ -18,7 +18,6 @@ import numpy as np
 
 from ..errors import DataError, SpecError
 from ..h5.atomic import atomic_h5
-from ..h5.direct import FILE_OPTIONS, chunk_rows_for
 from ..model import build
 from ..spec import Config, Model
 
@@ -123,11 +122,12 @@ def write(path, cols, points: int, seed: int = 0, chunk: int = 65536, overwrite=
     if config is not None:
         attrs["config_yaml"] = config.text
     sampler = Sampler(cols, seed)
-    with atomic_h5(path, **FILE_OPTIONS) as f:    # aligned whole-block chunks: adgrad run reads them with O_DIRECT
+    with atomic_h5(path) as f:
         f.attrs.update(attrs)
         dsets = {}
         for c in cols:
-            rows = chunk_rows_for(max(1, min(points, chunk)), max(1, int(np.prod(c.shape))) * 8)
+            row = max(1, int(np.prod(c.shape))) * 8
+            rows = max(1, min(points or 1, chunk, (1 << 20) // row))
             dsets[c.dataset] = f.create_dataset(c.dataset, shape=(points,) + c.shape, dtype="f8",
                                                 chunks=(rows,) + c.shape)
             dsets[c.dataset].attrs.update({"low": c.low, "high": c.high})
