@@ -1,5 +1,4 @@
 """User functions with tensor arguments, with and without hand-written derivative rules."""
-import numpy as np
 import pytest
 
 from adgrad.engine import check as oracle
