@@ -87,6 +87,18 @@ def _energy_and_G(F, i, G):
     return 0.5 * MU * (tr - 3.0) - MU * lnJ + 0.5 * LAM * lnJ * lnJ, lnJ
 
 
+@njit(inline="always")
+def _energy_and_stress(F, i, G, W, P):
+    """W[i], P[i] = mu F + s G and G = F^-T for point i; returns s = lam ln J - mu."""
+    w, lnJ = _energy_and_G(F, i, G)
+    W[i] = w
+    s = LAM * lnJ - MU
+    for p in range(3):
+        for q in range(3):
+            P[i, p, q] = MU * F[i, p, q] + s * G[p, q]
+    return s
+
+
 @njit(**KERNEL_OPTS)
 def hand_stress(F, W, P):
     """W[i] and P[i] = mu F + (lam ln J - mu) F^-T."""
@@ -94,12 +106,7 @@ def hand_stress(F, W, P):
     for b in prange((M + BLOCK - 1) // BLOCK):
         G = np.empty((3, 3))                      # scratch, one per block of points
         for i in range(b * BLOCK, min(M, (b + 1) * BLOCK)):
-            w, lnJ = _energy_and_G(F, i, G)
-            W[i] = w
-            s = LAM * lnJ - MU
-            for p in range(3):
-                for q in range(3):
-                    P[i, p, q] = MU * F[i, p, q] + s * G[p, q]
+            _energy_and_stress(F, i, G, W, P)
 
 
 @njit(**KERNEL_OPTS)
@@ -109,12 +116,7 @@ def hand_stress_tangent(F, W, P, A):
     for b in prange((M + BLOCK - 1) // BLOCK):
         G = np.empty((3, 3))                      # scratch, one per block of points
         for i in range(b * BLOCK, min(M, (b + 1) * BLOCK)):
-            w, lnJ = _energy_and_G(F, i, G)
-            W[i] = w
-            s = LAM * lnJ - MU
-            for p in range(3):
-                for q in range(3):
-                    P[i, p, q] = MU * F[i, p, q] + s * G[p, q]
+            s = _energy_and_stress(F, i, G, W, P)
             for p in range(3):
                 for q in range(3):
                     lg = LAM * G[p, q]

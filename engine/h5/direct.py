@@ -91,17 +91,14 @@ class DirectWriter:
         data = memoryview(rows.reshape(-1).view(np.uint8))
         size = chunk_rows * row_bytes
         pieces = [(data[(c - first) * size:(c - first + 1) * size], offsets[c]) for c in range(first, last)]
-        self.pending.append(self.pool.submit(self._write_all, pieces))
+        self.pending.append(self.pool.submit(self._write, pieces))
         return True
 
-    def _write_all(self, pieces):
+    def _write(self, pieces):
         for data, offset in pieces:
-            self._write(data, offset)
-
-    def _write(self, data, offset):
-        while data:                        # pwritev may write less than asked; carry on from there
-            done = os.pwritev(self.fd, [data], offset)
-            data, offset = data[done:], offset + done
+            while data:                    # pwritev may write less than asked; carry on from there
+                done = os.pwritev(self.fd, [data], offset)
+                data, offset = data[done:], offset + done
 
     def wait(self):
         pending, self.pending = self.pending, []

@@ -68,7 +68,8 @@ def scalarize(graph: Graph, symmetric=None, limit=MAX_EQNS) -> Graph | None:
             for v in [*graph.inputs.values(), *graph.params.values()]:
                 env[v] = _elements(v.shape, lambda idx, v=v: b.emit("getitem", v, index=idx) if idx else v)
             for e in graph.eqns:
-                env[e.out] = _LOWER[OPS[e.op].kind if e.op not in _OTHER else e.op](b, e, [env[a] for a in e.args])
+                lower = _LOWER.get(e.op) or _LOWER[OPS[e.op].kind]
+                env[e.out] = lower(b, e, [env[a] for a in e.args])
             outputs = {}
             for name, v in graph.outputs.items():
                 arr = env[v]
@@ -93,8 +94,10 @@ def _arithmetic(graph):
     work = 0
     for e in graph.eqns:
         kind = OPS[e.op].kind
-        if kind == "elementwise" or e.op in ("index_add", "prod_others", "eye"):
-            work += e.out.size if e.op != "index_add" else e.args[1].size
+        if e.op == "index_add":
+            work += e.args[1].size
+        elif kind == "elementwise" or e.op in ("prod_others", "eye"):
+            work += e.out.size
         elif kind == "reduce":
             work += e.args[0].size
     return work
@@ -210,6 +213,6 @@ def _pack(b, e, xs):
     return np.array([x[()] for x in xs], dtype=object).reshape(e.out.shape)
 
 
-_OTHER = {"index_add": _index_add, "prod_others": _prod_others, "const": _const, "array": _const,
-          "eye": _const, "pack": _pack}
-_LOWER = {"elementwise": _elementwise, "reduce": _reduce, "view": _view, **_OTHER}
+# by op name first, then by op kind
+_LOWER = {"index_add": _index_add, "prod_others": _prod_others, "const": _const, "array": _const, "eye": _const,
+          "pack": _pack, "elementwise": _elementwise, "reduce": _reduce, "view": _view}
