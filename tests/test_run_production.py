@@ -172,11 +172,12 @@ def test_resume_in_process_after_stop(job, tmp_path, signum):
     cfg, ref = job
     out = tmp_path / "out.h5"
     message = interrupt_after(cfg, out, 2500, signum, threads=1)
-    # the signal comes while chunk 251 computes: it is finished and committed, nothing more starts
-    assert f"stopped by {signum.name} after 251 of 600 chunks (2510 of 6000 points)" in message
+    # the signal comes after chunk 250's commit, while chunk 251 computes and 252 waits behind it:
+    # both are finished and committed, nothing more starts
+    assert f"stopped by {signum.name} after 252 of 600 chunks (2520 of 6000 points)" in message
     assert signal.getsignal(signum) == DEFAULT_HANDLERS[signum]
     summary = run_job(load_config_file(str(cfg)), output=str(out), resume=True, threads=2)
-    assert summary.computed == M - 2510 and summary.points == M
+    assert summary.computed == M - 2520 and summary.points == M
     assert_same_file(out, ref)
 
 

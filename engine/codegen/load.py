@@ -20,22 +20,27 @@ import numpy as np
 from numba import njit, prange
 from adgrad.engine.codegen.scalar import sign as __sign, sigmoid as __sigmoid, softplus as __softplus
 from adgrad.engine.codegen.scalar import minimum as __minimum, maximum as __maximum
-from adgrad.engine.codegen.scalar import nonfinite as __nonfinite
+from adgrad.engine.codegen.scalar import nonfinite as __nonfinite, fetch_add as __fetch_add
 '''
 
 DRIVER = '''
 
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def {name}({rows}, ws{extra}):
-    """Rows [0, m) of every array, split statically over the workspace rows (one per worker).{doc}"""
+    """Rows [0, m) of every array. Each worker (one workspace row each) takes the next block of rows
+    from a shared counter until none is left, so a worker slowed by another thread on its core (the
+    job's I/O, another process) does less of the work instead of holding the others up.{doc}"""
     n_workers = ws.shape[0]
     m = {first}.shape[0]
+    block = max(16, m // (64 * n_workers))
+    next_row = np.zeros(1, np.int64)
     for w in prange(n_workers):
         work = ws[w]
-        lo = w * m // n_workers
-        hi = (w + 1) * m // n_workers
-        for i in range(lo, hi):
-            point({row_args}, work){check}
+        lo = __fetch_add(next_row, block)
+        while lo < m:
+            for i in range(lo, min(m, lo + block)):
+                point({row_args}, work){check}
+            lo = __fetch_add(next_row, block)
 '''
 CHECK_DOC = '''
     bad[i]: whether row i of an input or a result holds a NaN or an infinity, checked while the
@@ -63,7 +68,7 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point):
     checks = " or ".join(f"__nonfinite({a}[i])" for a, pp in zip(point_args, per_point) if pp)
     common = dict(rows=", ".join(rows), first=first, row_args=row_args)
     src += DRIVER.format(name="batch", extra="", doc="", check="", **common)
-    src += DRIVER.format(name="batch_checked", extra=", bad", doc=CHECK_DOC, check=f"\n            bad[i] = {checks}",
+    src += DRIVER.format(name="batch_checked", extra=", bad", doc=CHECK_DOC, check=f"\n                bad[i] = {checks}",
                          **common)
     return src
 

@@ -1,7 +1,8 @@
-"""Scalar helpers the generated kernels call; numba inlines them. Each matches numpy's semantics
+"""Helpers the generated kernels call; numba inlines them. The scalar ones match numpy's semantics
 (NaN propagation included) for one float64."""
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
 
 @njit(inline="always", error_model="numpy")
@@ -43,3 +44,17 @@ def nonfinite(row):
     for b in row.view(np.int64):
         top = max(top, b & EXPONENT)
     return top == EXPONENT
+
+
+@intrinsic
+def fetch_add(typingctx, counter, value):
+    """counter[0] += value as one atomic step (int64 counter); returns the value before. What the
+    batch drivers' workers take their blocks of rows with."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64 and isinstance(value, types.Integer)):
+        return None
+    sig = types.int64(counter, types.int64)
+
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.atomic_rmw("add", array.data, args[1], "monotonic")
+    return sig, codegen

@@ -87,9 +87,10 @@ def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool
     """Compute chunks out.done .. plan.chunks - 1 of `plan` into `out`, committing each in order.
     Per-point results are kept in the output's `dtype` (the worker casts; the writer only copies).
 
-    should_stop() is asked once per chunk; when true, the chunk just computed is written and committed
-    and nothing new starts. on_chunk(points_done, points_total) comes first and after every commit.
-    With nan_error a non-finite point raises JobError naming its row and dataset (the chunks before it
+    The worker always has the next chunk queued, so it never waits for a commit (which waits for the
+    device). should_stop() is asked once per chunk; once true, nothing new starts, and the chunks
+    already computing are finished, written and committed. on_chunk(points_done, points_total) comes
+    first and after every commit. With nan_error a non-finite point raises JobError naming its row and dataset (the chunks before it
     stay committed)."""
     outcome = Outcome()
     t = outcome.timings
@@ -134,14 +135,18 @@ def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool
         reader.read_into(plan.row_start + a, plan.row_start + b, sets[k % SETS][0])
         t.read += time.perf_counter() - t0
 
+    def start(k):
+        read(k)
+        pending[k] = worker.submit(compute, k)
+
     on_chunk(min(first * plan.chunk, plan.rows), plan.rows)
+    pending, stopping = {}, False
     with ThreadPoolExecutor(1, thread_name_prefix="adgrad-compute") as worker:
-        pending = {}
         for k in range(first, min(n, first + 2)):
-            read(k)
-        if first < n:
-            pending[first] = worker.submit(compute, first)
+            start(k)
         for k in range(first, n):
+            if k not in pending:                # stopped: nothing after chunk k - 1 was started
+                break
             t0 = time.perf_counter()
             done = pending.pop(k).result()
             t.wait += time.perf_counter() - t0
@@ -152,14 +157,12 @@ def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool
                 raise JobError(f"non-finite value at input row {plan.row_start + a + row} in {where} "
                                f"(engine.nan: error); {out.path} keeps the {k} chunk(s) before it "
                                f"(rows before {plan.row_start + a}) and is marked incomplete")
-            stopping = should_stop()
-            if k + 1 < n and not stopping:
-                pending[k + 1] = worker.submit(compute, k + 1)      # computes while we write and read
+            stopping = stopping or should_stop()
             t0 = time.perf_counter()
             out.write(a, b, sets[k % SETS][1])      # O_DIRECT rows go on in the background ...
             t.write += time.perf_counter() - t0
             if k + 2 < n and not stopping:
-                read(k + 2)                         # ... while the next chunk is read
+                start(k + 2)                        # ... while chunk k + 2 is read and queued behind k + 1
             t0 = time.perf_counter()
             for name, acc in done.sums.items():
                 sums[name].merge(acc)
@@ -168,7 +171,5 @@ def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool
             t.write += time.perf_counter() - t0
             outcome.points += b - a
             on_chunk(b, plan.rows)
-            if stopping:
-                outcome.stopped = k + 1 < n
-                break
+    outcome.stopped = out.done < n
     return outcome
