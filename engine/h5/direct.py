@@ -38,21 +38,31 @@ def _layout(ds):
     row_bytes = ds.dtype.itemsize * int(np.prod(ds.shape[1:]))
     if ds.chunks[1:] != ds.shape[1:] or ds.chunks[0] * row_bytes % ALIGN:
         return None
+    offsets = chunk_offsets(ds)
+    if offsets is None or any(off % ALIGN for off in offsets):
+        return None
+    return offsets, ds.chunks[0], row_bytes, ds.shape[0]
+
+
+def chunk_offsets(ds):
+    """File offset of each HDF5 chunk along the first axis of a dataset chunked by whole rows, in
+    order; None if a chunk is not allocated or this HDF5 (before 1.14) cannot list them."""
     offsets = {}
     try:
         ds.id.chunk_iter(lambda info: offsets.__setitem__(info.chunk_offset[0] // ds.chunks[0], info.byte_offset))
-    except AttributeError:          # HDF5 before 1.14 has no chunk iteration: write through h5py
+    except AttributeError:
         return None
     count = -(-ds.shape[0] // ds.chunks[0])
-    if len(offsets) != count or any(off is None or off % ALIGN for off in offsets.values()):
+    if len(offsets) != count or any(offsets.get(i) is None for i in range(count)):
         return None
-    return [offsets[i] for i in range(count)], ds.chunks[0], row_bytes, ds.shape[0]
+    return [offsets[i] for i in range(count)]
 
 
 class DirectWriter:
     """Writes row ranges of the datasets whose layout allows it, in a background thread (the device
-    does the copy, so the thread mostly waits and the caller reads the next chunk meanwhile).
-    `write` says whether it took the rows; `wait` returns once every taken write is on the device."""
+    does the copy, so the thread mostly waits and the caller reads the next chunk meanwhile). Writes
+    reach the file in the order they were given. `write` returns the write in flight, or None if it
+    cannot take the rows; `wait` returns once the given writes (or all) are on the device."""
 
     def __init__(self, path, datasets: dict):
         self.layout = {name: lay for name, ds in datasets.items() if (lay := _layout(ds)) is not None}
@@ -76,23 +86,30 @@ class DirectWriter:
         if os.preadv(self.fd, [block], base) != ALIGN or os.pwritev(self.fd, [block], base) != ALIGN:
             raise OSError("short O_DIRECT probe")
 
-    def write(self, name, start, stop, rows: np.ndarray) -> bool:
+    def write(self, name, start, stop, rows: np.ndarray):
         """Start writing rows [start, stop) of dataset `name` from rows[: stop - start] (C-contiguous,
-        room for whole HDF5 chunks, untouched until `wait`); False if it cannot go direct. A last,
-        partial HDF5 chunk is written whole: the rows past the dataset's end are never read."""
+        room for whole HDF5 chunks, untouched until `wait`): a Future, or None if it cannot go direct.
+        A last, partial HDF5 chunk is written whole: the rows past the dataset's end are never read."""
         lay = self.layout.get(name)
         if lay is None:
-            return False
+            return None
         offsets, chunk_rows, row_bytes, total = lay
         first, last = start // chunk_rows, -(-stop // chunk_rows)
         if (start % chunk_rows or (stop % chunk_rows and stop != total) or (last - first) * chunk_rows > len(rows)
                 or rows.ctypes.data % ALIGN or not rows.flags.c_contiguous):
-            return False
+            return None
         data = memoryview(rows.reshape(-1).view(np.uint8))
         size = chunk_rows * row_bytes
-        pieces = [(data[(c - first) * size:(c - first + 1) * size], offsets[c]) for c in range(first, last)]
-        self.pending.append(self.pool.submit(self._write, pieces))
-        return True
+        # HDF5 chunks that lie back to back in the file go in one request: the kernel splits a large
+        # request into several in flight at once (800 MB took 0.38 s in 1 MiB requests, 0.25 s in 4 MiB+)
+        pieces = []
+        for c in range(first, last):
+            if pieces and pieces[-1][1] + pieces[-1][2] == offsets[c]:
+                pieces[-1][2] += size
+            else:
+                pieces.append([(c - first) * size, offsets[c], size])
+        self.pending.append(self.pool.submit(self._write, [(data[a:a + n], off) for a, off, n in pieces]))
+        return self.pending[-1]
 
     def _write(self, pieces):
         for data, offset in pieces:
@@ -100,10 +117,10 @@ class DirectWriter:
                 done = os.pwritev(self.fd, [data], offset)
                 data, offset = data[done:], offset + done
 
-    def wait(self):
-        pending, self.pending = self.pending, []
-        for f in pending:
+    def wait(self, writes=None):
+        for f in self.pending if writes is None else writes:
             f.result()                     # an I/O error surfaces here, before the chunk is committed
+        self.pending = [f for f in self.pending if not f.done()]
 
     def close(self):
         if self.pool is not None:

@@ -30,6 +30,7 @@ from ..errors import DataError
 from ..runtime.exactsum import STATE, ExactSum
 from .atomic import atomic_h5
 from .direct import ALIGN, FILE_OPTIONS, DirectWriter
+from .mapped import MappedRows
 
 FINGERPRINT_BYTES = 1 << 20     # hashed from each end of the input file
 
@@ -38,7 +39,7 @@ class InputReader:
     """The model's inputs in an HDF5 file, checked for presence, shape and point count up front."""
 
     def __init__(self, path, datasets: dict, shapes: dict):
-        self.path = path
+        self.path, self.mapped = path, None
         try:
             self.file = h5py.File(path, "r")
         except (OSError, FileNotFoundError) as exc:
@@ -64,18 +65,23 @@ class InputReader:
             self.datasets[name] = ds
         if self.points is None:
             self.points = 0
+        self.mapped = MappedRows(path, self.datasets)
 
-    def read(self, start, stop):
-        return {n: np.asarray(ds[start:stop], dtype=np.float64) for n, ds in self.datasets.items()}
-
-    def read_into(self, start, stop, buffers: dict):
-        """Rows [start, stop) of every input into the first stop - start rows of float64 `buffers`."""
+    def rows(self, start, stop, buffers: dict):
+        """Rows [start, stop) of every input as [(lo, hi, {name: rows lo..hi})], lo and hi counted
+        from start: pieces mapped from the file where it allows (engine/h5/mapped.py), else one
+        piece read into the first stop - start rows of the float64 `buffers`."""
+        if self.mapped.usable and (pieces := self.mapped.pieces(start, stop)) is not None:
+            return pieces
         n = stop - start
         for name, ds in self.datasets.items():
             if n:
                 ds.read_direct(buffers[name], np.s_[start:stop], np.s_[0:n])
+        return [(0, n, {name: buf[:n] for name, buf in buffers.items()})]
 
     def close(self):
+        if self.mapped is not None:
+            self.mapped.close()
         self.file.close()
 
 
@@ -170,16 +176,22 @@ class OutputFile:
     def attrs(self):
         return self.file.attrs
 
-    def write(self, start, stop, buffers: dict):
-        """Rows [start, stop) of the file from the first stop - start rows of `buffers`."""
-        n = stop - start
+    def write(self, start, stop, buffers: dict) -> list:
+        """Rows [start, stop) of the file from the first stop - start rows of `buffers`, which stay
+        untouched until the commit that waits for the returned writes still in flight."""
+        n, flying = stop - start, []
         for name, ds in self.per_point.items():
-            if n and not self.direct.write(name, start, stop, buffers[name]):
+            if n and (f := self.direct.write(name, start, stop, buffers[name])) is not None:
+                flying.append(f)
+            elif n:
                 ds.write_direct(buffers[name], np.s_[0:n], np.s_[start:stop])
+        return flying
 
-    def commit(self, done: int, nan_points: int, sums: dict):
-        """Record `done` finished chunks (whose rows are written) with their counts and exact sums."""
-        self.direct.wait()                          # the rows first
+    def commit(self, done: int, nan_points: int, sums: dict, writes=None):
+        """Record `done` finished chunks with their counts and exact sums, once `writes` (what `write`
+        returned for the last of them; default: every write so far) are on the device. Writes reach
+        the file in order, so those of earlier chunks are there too."""
+        self.direct.wait(writes)                    # the rows first
         self.file.flush()
         slot = 1 - self._slot
         self.file["_adgrad/slot_nan"][slot] = nan_points

@@ -1,8 +1,9 @@
-"""The chunk pipeline of `adgrad run`: read chunk k+1 and write chunk k-1 while chunk k is computed.
+"""The chunk pipeline of `adgrad run`: read chunk k+2 and write chunk k while chunk k+1 is computed.
 
 All h5py calls stay in the calling (main) thread; one worker thread runs the nogil kernel, the
 non-finite check and the exact sums. Three preallocated buffer sets rotate (one being read, one
-computed, one written), so memory is set by the chunk size, not by the file. Chunks are committed
+computed, one written), so memory is set by the chunk size, not by the file. Inputs that the file
+lays out plainly are mapped rather than read into their buffers (engine/h5/mapped.py). Chunks are committed
 in order, so a stop or a crash leaves a prefix of finished chunks."""
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ class Plan:
 
 @dataclass
 class Timings:
-    read: float = 0.0           # main thread, h5py reads
+    read: float = 0.0           # main thread: h5py reads, or mapping the rows
     compute: float = 0.0        # worker thread: kernel, non-finite check, sums
     write: float = 0.0          # main thread: h5py writes and commits
     wait: float = 0.0           # main thread idle, waiting for the worker
@@ -56,6 +57,7 @@ class Outcome:
 
 @dataclass
 class _Chunk:
+    rows: int
     bad: int                    # non-finite points
     first_bad: tuple | None     # (local row, "input dataset '...'" or "output '...'")
     sums: dict                  # name -> ExactSum of this chunk's rows
@@ -105,42 +107,56 @@ def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool
     sums = out.sums
     nan_points = out.nan_points
 
+    pieces = [None] * SETS      # per buffer set: the input rows of its chunk, from reader.rows
+
     def compute(k):
         t0 = time.perf_counter()
         a, b = plan.bounds(k)
-        inputs, results = sets[k % SETS]
-        ins = {name: buf[: b - a] for name, buf in inputs.items()}
-        outs = {name: buf[: b - a] for name, buf in {**results, **rows}.items()}
+        outs = {name: buf[: b - a] for name, buf in {**sets[k % SETS][1], **rows}.items()}
         bad = np.empty(b - a, dtype=np.bool_)
-        with np.errstate(over="ignore"):    # a float32 overflow becomes inf, counted below as non-finite
-            kernel.evaluate(ins, out=outs, threads=threads, nonfinite=bad)    # checks float64 rows
-        arrays = [(labels[name], arr) for name, arr in ins.items()] + \
-                 [(f"output '{name}'", arr) for name, arr in outs.items()]
-        for _, arr in arrays:
+        for lo, hi, ins in pieces[k % SETS]:
+            with np.errstate(over="ignore"):    # a float32 overflow becomes inf, counted below
+                kernel.evaluate(ins, out={name: arr[lo:hi] for name, arr in outs.items()}, threads=threads,
+                                nonfinite=bad[lo:hi])       # checks the inputs and the float64 rows
+        for arr in outs.values():
             if arr.dtype == np.float32:     # stored narrower than computed: check what is stored
                 _mark_nonfinite(arr.reshape(b - a, -1).view(np.int32), FLOAT32_EXPONENT, bad)
         first_bad = None
         if bad.any():
             i = int(np.argmax(bad))
-            first_bad = (i, next(label for label, arr in arrays if not np.isfinite(arr[i]).all()))
+            lo, _, ins = next(piece for piece in pieces[k % SETS] if piece[0] <= i < piece[1])
+            arrays = [(labels[name], arr[i - lo]) for name, arr in ins.items()] + \
+                     [(f"output '{name}'", arr[i]) for name, arr in outs.items()]
+            first_bad = (i, next(label for label, row in arrays if not np.isfinite(row).all()))
         chunk_sums = {}
         for name in kernel.reduced:
             chunk_sums[name] = ExactSum(kernel.output_shapes[name])
             chunk_sums[name].add(outs[name])
-        return _Chunk(int(bad.sum()), first_bad, chunk_sums, time.perf_counter() - t0)
+        return _Chunk(b - a, int(bad.sum()), first_bad, chunk_sums, time.perf_counter() - t0)
 
     def read(k):
         t0 = time.perf_counter()
         a, b = plan.bounds(k)
-        reader.read_into(plan.row_start + a, plan.row_start + b, sets[k % SETS][0])
+        pieces[k % SETS] = reader.rows(plan.row_start + a, plan.row_start + b, sets[k % SETS][0])
         t.read += time.perf_counter() - t0
 
     def start(k):
         read(k)
         pending[k] = worker.submit(compute, k)
 
+    def commit(k, done, writes):
+        nonlocal nan_points
+        t0 = time.perf_counter()
+        for name, acc in done.sums.items():
+            sums[name].merge(acc)
+        nan_points += done.bad
+        out.commit(k + 1, nan_points, sums, writes)    # waits for chunk k's rows, then records it
+        t.write += time.perf_counter() - t0
+        outcome.points += done.rows
+        on_chunk(plan.bounds(k)[1], plan.rows)
+
     on_chunk(min(first * plan.chunk, plan.rows), plan.rows)
-    pending, stopping = {}, False
+    pending, stopping, written = {}, False, None
     with ThreadPoolExecutor(1, thread_name_prefix="adgrad-compute") as worker:
         for k in range(first, min(n, first + 2)):
             start(k)
@@ -153,23 +169,22 @@ def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool
             t.compute += done.seconds
             a, b = plan.bounds(k)
             if done.bad and nan_error:
+                if written:
+                    commit(*written)
                 row, where = done.first_bad
                 raise JobError(f"non-finite value at input row {plan.row_start + a + row} in {where} "
                                f"(engine.nan: error); {out.path} keeps the {k} chunk(s) before it "
                                f"(rows before {plan.row_start + a}) and is marked incomplete")
+            t0 = time.perf_counter()
+            writes = out.write(a, b, sets[k % SETS][1])    # O_DIRECT: queued behind chunk k - 1's rows,
+            t.write += time.perf_counter() - t0             # so the device never idles between chunks
+            if written:
+                commit(*written)                # chunk k - 1, whose buffers chunk k + 2 reuses
+            written = (k, done, writes)
             stopping = stopping or should_stop()
-            t0 = time.perf_counter()
-            out.write(a, b, sets[k % SETS][1])      # O_DIRECT rows go on in the background ...
-            t.write += time.perf_counter() - t0
             if k + 2 < n and not stopping:
-                start(k + 2)                        # ... while chunk k + 2 is read and queued behind k + 1
-            t0 = time.perf_counter()
-            for name, acc in done.sums.items():
-                sums[name].merge(acc)
-            nan_points += done.bad
-            out.commit(k + 1, nan_points, sums)     # waits for the rows, then records the chunk
-            t.write += time.perf_counter() - t0
-            outcome.points += b - a
-            on_chunk(b, plan.rows)
+                start(k + 2)                    # read, and queued behind k + 1
+        if written:
+            commit(*written)
     outcome.stopped = out.done < n
     return outcome
