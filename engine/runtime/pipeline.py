@@ -64,18 +64,19 @@ class _Chunk:
     seconds: float
 
 
-# a float32's exponent field: all ones is an infinity or a NaN (float64 rows are checked in the kernel)
-FLOAT32_EXPONENT = 0x7F800000
-
-
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _mark_nonfinite(bits, exponent, bad):
-    """bad[i] |= row i of bits (n, k), floats viewed as integers, holds a NaN or an infinity. An
-    integer max reduction, which vectorizes (a float test with an early exit does not)."""
-    for i in numba.prange(bits.shape[0]):
-        top = 0
-        for j in range(bits.shape[1]):
-            top = max(top, bits[i, j] & exponent)
+def _narrow(wide, narrow, bad):
+    """narrow[i] = wide[i] rounded to float32, and bad[i] |= that row holds a NaN or an infinity (a
+    float32 overflow becomes inf): one pass while the row is in cache. The test is an integer max
+    over the exponent bits, which vectorizes (a float test with an early exit does not)."""
+    exponent = np.int32(0x7F800000)     # all ones: an infinity or a NaN
+    for i in numba.prange(wide.shape[0]):
+        for j in range(wide.shape[1]):
+            narrow[i, j] = wide[i, j]
+        bits = narrow[i].view(np.int32)
+        top = np.int32(0)
+        for j in range(bits.shape[0]):
+            top = max(top, bits[j] & exponent)
         if top == exponent:
             bad[i] = True
 
@@ -87,13 +88,14 @@ def _buffers(shapes, n, dtype=np.float64):
 
 def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool, should_stop, on_chunk) -> Outcome:
     """Compute chunks out.done .. plan.chunks - 1 of `plan` into `out`, committing each in order.
-    Per-point results are kept in the output's `dtype` (the worker casts; the writer only copies).
+    Per-point results are kept in the output's `dtype` (the worker rounds them from float64 rows of
+    its own; the writer only copies).
 
     The worker always has the next chunk queued, so it never waits for a commit (which waits for the
     device). should_stop() is asked once per chunk; once true, nothing new starts, and the chunks
     already computing are finished, written and committed. on_chunk(points_done, points_total) comes
-    first and after every commit. With nan_error a non-finite point raises JobError naming its row and dataset (the chunks before it
-    stay committed)."""
+    first and after every commit. With nan_error a non-finite point raises JobError naming its row
+    and dataset (the chunks before it stay committed)."""
     outcome = Outcome()
     t = outcome.timings
     first, n = out.done, plan.chunks
@@ -101,8 +103,10 @@ def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool
     in_shapes = {name: v.shape for name, v in kernel.graph.inputs.items()}
     per_point = {name: shape for name, shape in kernel.output_shapes.items() if name not in kernel.reduced}
     sets = [(_buffers(in_shapes, size), _buffers(per_point, size, dtype)) for _ in range(min(SETS, n - first))]
-    # per-point rows of the summed results live only in the worker: one set is enough
+    # per-point rows of the summed results, and float64 rows of results stored narrower, live only
+    # in the worker: one set is enough
     rows = _buffers({name: kernel.output_shapes[name] for name in kernel.reduced}, size)
+    wide = _buffers(per_point, size) if np.dtype(dtype) != np.float64 else {}
     labels = {name: f"input dataset '{ds.name.lstrip('/')}'" for name, ds in reader.datasets.items()}
     sums = out.sums
     nan_points = out.nan_points
@@ -113,14 +117,13 @@ def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool
         t0 = time.perf_counter()
         a, b = plan.bounds(k)
         outs = {name: buf[: b - a] for name, buf in {**sets[k % SETS][1], **rows}.items()}
+        computed = {**outs, **{name: buf[: b - a] for name, buf in wide.items()}}
         bad = np.empty(b - a, dtype=np.bool_)
         for lo, hi, ins in pieces[k % SETS]:
-            with np.errstate(over="ignore"):    # a float32 overflow becomes inf, counted below
-                kernel.evaluate(ins, out={name: arr[lo:hi] for name, arr in outs.items()}, threads=threads,
-                                nonfinite=bad[lo:hi])       # checks the inputs and the float64 rows
-        for arr in outs.values():
-            if arr.dtype == np.float32:     # stored narrower than computed: check what is stored
-                _mark_nonfinite(arr.reshape(b - a, -1).view(np.int32), FLOAT32_EXPONENT, bad)
+            kernel.evaluate(ins, out={name: arr[lo:hi] for name, arr in computed.items()}, threads=threads,
+                            nonfinite=bad[lo:hi])       # checks the inputs and the float64 rows
+        for name, arr in wide.items():      # stored narrower than computed: check what is stored
+            _narrow(arr[: b - a].reshape(b - a, -1), outs[name].reshape(b - a, -1), bad)
         first_bad = None
         if bad.any():
             i = int(np.argmax(bad))
