@@ -6,6 +6,8 @@ in [0, 1) (seed 20261122, like data/make_eam_points.py) written to a temporary H
                   read -> compute -> write of every chunk, commits, the finished output file
   compute only    kernel.evaluate on the same chunks of the same points, already in memory, into
                   preallocated outputs: what the job would reach if I/O were free
+  I/O only        `adgrad run` with the kernel call skipped: what the job would take if computing were
+                  free (on 2 cores, run ~ compute only + I/O only says the two do not overlap)
 Medians of --repeats runs, interleaved, after one warm-up of each; ratio = run / compute-only
 throughput (the issue asks for >= 0.70). CPU seconds (user + system, all threads) show the work
 each path does whatever else runs on the machine. The pipeline's phase timings of the last run follow.
@@ -34,6 +36,7 @@ import h5py
 import numba
 import numpy as np
 
+from adgrad.engine.api import CompiledKernel
 from adgrad.engine.runtime.job import prepare
 from adgrad.engine.runtime.job import run as run_job
 from adgrad.engine.spec import load_config_file
@@ -85,6 +88,18 @@ def timed(fn, *args, **kw):
     return time.perf_counter() - t0, cpu_seconds() - c0, result
 
 
+def io_only(config, threads):
+    """`adgrad run` with the kernel call skipped: every read, write and commit of the job, rows of
+    whatever the buffers hold. What the job would take if computing were free."""
+    evaluate = CompiledKernel.evaluate
+    CompiledKernel.evaluate = lambda self, inputs, out=None, params=None, threads=None, nonfinite=None: \
+        nonfinite.fill(False) if nonfinite is not None else None
+    try:
+        return run_job(config, threads=threads)
+    finally:
+        CompiledKernel.evaluate = evaluate
+
+
 def compute_only(kernel, x, chunk, outs, threads):
     for a in range(0, len(x), chunk):
         b = min(len(x), a + chunk)
@@ -131,9 +146,11 @@ def main():
         threads = args.threads or numba.config.NUMBA_NUM_THREADS
         run_job(config, overwrite=True, threads=threads)        # warm-up: kernel cache, page cache
         compute_only(kernel, x, args.chunk, outs, threads)
-        times = {"compute only": [], "adgrad run": []}
+        times = {"compute only": [], "I/O only": [], "adgrad run": []}
         for _ in range(args.repeats):
             os.remove(config.output_path)               # each run writes a new file, as a user's would
+            times["I/O only"].append(timed(io_only, config, threads)[:2])
+            os.remove(config.output_path)
             *run_times, summary = timed(run_job, config, threads=threads)
             times["adgrad run"].append(run_times)
             times["compute only"].append(timed(compute_only, kernel, x, args.chunk, outs, threads)[:2])

@@ -67,6 +67,10 @@ class InputReader:
             self.points = 0
         self.mapped = MappedRows(path, self.datasets)
 
+    def read(self, start, stop):
+        """Rows [start, stop) of every input as new float64 arrays."""
+        return {n: np.asarray(ds[start:stop], dtype=np.float64) for n, ds in self.datasets.items()}
+
     def rows(self, start, stop, buffers: dict):
         """Rows [start, stop) of every input as [(lo, hi, {name: rows lo..hi})], lo and hi counted
         from start: pieces mapped from the file where it allows (engine/h5/mapped.py), else one
