@@ -140,6 +140,7 @@ def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool
     def read(k):
         t0 = time.perf_counter()
         a, b = plan.bounds(k)
+        pieces[k % SETS] = None         # unmap chunk k - 3's rows before mapping chunk k's
         pieces[k % SETS] = reader.rows(plan.row_start + a, plan.row_start + b, sets[k % SETS][0])
         t.read += time.perf_counter() - t0
 
