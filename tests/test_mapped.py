@@ -90,6 +90,36 @@ def test_too_scattered_rows_are_read_by_h5py(tmp_path, rng, monkeypatch):
     r.close()
 
 
+def test_offsets_that_do_not_hold_the_rows_are_not_trusted(tmp_path, rng, monkeypatch):
+    """The mapped first and last rows are compared with h5py's before any mapping is used."""
+    x = rng.standard_normal((300, 2))
+    path = write(tmp_path / "f.h5", x=(x, {}))
+    runs = mapped._runs
+    monkeypatch.setattr(mapped, "_runs", lambda ds: (lambda r: (r[0], [o + 16 for o in r[1]], r[2]))(runs(ds)))
+    r = reader(path, x="x")
+    assert not r.mapped.usable and r.mapped.fd is None
+    check_pieces(r, 0, 300)
+    r.close()
+
+
+def test_a_failing_mmap_falls_back_to_h5py(tmp_path, rng, monkeypatch):
+    x = rng.standard_normal((300, 2))
+    r = reader(write(tmp_path / "g.h5", x=(x, {})), x="x")
+    assert r.mapped.usable
+
+    def refuse(*args, **kwargs):
+        raise OSError(19, "No such device")
+    monkeypatch.setattr(mapped.mmap, "mmap", refuse)
+    bufs = buffers(r, 100)
+    pieces = r.rows(100, 200, bufs)
+    assert len(pieces) == 1 and np.shares_memory(pieces[0][2]["x"], bufs["x"])
+    np.testing.assert_array_equal(pieces[0][2]["x"], x[100:200])
+    r.close()
+    r = reader(tmp_path / "g.h5", x="x")
+    assert not r.mapped.usable                 # and a new reader falls back from the start
+    r.close()
+
+
 @pytest.mark.parametrize("opts", [
     {"dtype": np.float32},                              # converted on the way in
     {"dtype": ">f8"},                                   # not the machine's byte order

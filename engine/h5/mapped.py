@@ -57,62 +57,70 @@ class MappedRows:
     """Rows of the datasets that can be mapped; `pieces` maps a range of rows, or says it cannot."""
 
     def __init__(self, path, datasets: dict):
-        self.datasets = datasets
-        self.runs = {}
+        self.datasets, self.runs, self.fd = datasets, {}, None
         if sys.byteorder != "little" or not hasattr(mmap, "MAP_POPULATE"):
             return
         runs = {name: _runs(ds) for name, ds in datasets.items()}
         if any(r is None or datasets[name].file.userblock_size for name, r in runs.items()):
             return                  # all or nothing: one h5py read serves the chunk either way
         self.runs = runs
-        self.fd = os.open(path, os.O_RDONLY)
-        for name, ds in datasets.items():     # HDF5 addresses are file offsets: check, do not assume
-            rows = ds.shape[0]
-            probe = self._map(name, 0, 1)[0][2], self._map(name, rows - 1, rows)[0][2]
-            if not (np.array_equal(probe[0], ds[0:1], equal_nan=True)
-                    and np.array_equal(probe[1], ds[rows - 1:rows], equal_nan=True)):
-                self.close()
-                return
+        try:
+            self.fd = os.open(path, os.O_RDONLY)
+            for name, ds in datasets.items():     # HDF5 addresses are file offsets: check, do not assume
+                rows = ds.shape[0]
+                for a in (0, rows - 1):
+                    [(_, _, offset)] = self._parts(name, a, a + 1)
+                    if not np.array_equal(self._map(name, a, a + 1, offset), ds[a:a + 1], equal_nan=True):
+                        raise OSError("mapped rows differ from h5py's")
+        except OSError:             # no mmap on this file system, or not what we assume
+            self.close()
 
     @property
     def usable(self):
         return bool(self.runs)
 
-    def _map(self, name, start, stop):
-        """[(first row, end row, rows as an array)] of one dataset, one per place in the file."""
+    def _parts(self, name, start, stop):
+        """[(first row, end row, file offset)] of rows [start, stop) of one dataset, one per place."""
         firsts, offsets, row_bytes = self.runs[name]
-        shape = self.datasets[name].shape[1:]
         out = []
         k = bisect.bisect_right(firsts, start) - 1
         while start < stop:
             end = min(stop, firsts[k + 1]) if k + 1 < len(firsts) else stop
-            offset = offsets[k] + (start - firsts[k]) * row_bytes
-            base = offset - offset % mmap.ALLOCATIONGRANULARITY
-            length = offset - base + (end - start) * row_bytes
-            m = mmap.mmap(self.fd, length, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ,
-                          offset=base)
-            rows = np.frombuffer(m, NATIVE_F8, (end - start) * row_bytes // NATIVE_F8.itemsize, offset - base)
-            out.append((start, end, rows.reshape((end - start,) + shape)))
+            out.append((start, end, offsets[k] + (start - firsts[k]) * row_bytes))
             start, k = end, k + 1
         return out
 
+    def _map(self, name, start, end, offset):
+        """Rows [start, end) of one dataset, lying from `offset` on in the file, as a read-only array."""
+        row_bytes = self.runs[name][2]
+        base = offset - offset % mmap.ALLOCATIONGRANULARITY
+        m = mmap.mmap(self.fd, offset - base + (end - start) * row_bytes, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE,
+                      prot=mmap.PROT_READ, offset=base)
+        rows = np.frombuffer(m, NATIVE_F8, (end - start) * row_bytes // NATIVE_F8.itemsize, offset - base)
+        return rows.reshape((end - start,) + self.datasets[name].shape[1:])
+
     def pieces(self, start, stop):
         """[(lo, hi, {name: rows})]: rows [start, stop) of every dataset mapped from the file, cut
-        where any of them changes place; lo and hi count from start. None if too scattered."""
-        maps = {name: self._map(name, start, stop) for name in self.runs}
-        cuts = sorted({lo for parts in maps.values() for lo, _, _ in parts} | {stop})
+        where any of them changes place; lo and hi count from start. None if too scattered (or the
+        mapping fails: h5py reads those rows instead)."""
+        parts = {name: self._parts(name, start, stop) for name in self.runs}
+        cuts = sorted({a for p in parts.values() for a, _, _ in p} | {stop})
         if len(cuts) - 1 > MAX_PIECES:
+            return None
+        try:
+            maps = {name: [(a, self._map(name, a, b, off)) for a, b, off in p] for name, p in parts.items()}
+        except OSError:
             return None
         out = []
         for lo, hi in zip(cuts, cuts[1:]):
             views = {}
-            for name, parts in maps.items():
-                first, _, rows = parts[bisect.bisect_right([p[0] for p in parts], lo) - 1]
+            for name, mapped in maps.items():
+                first, rows = mapped[bisect.bisect_right([a for a, _ in mapped], lo) - 1]
                 views[name] = rows[lo - first: hi - first]
             out.append((lo - start, hi - start, views))
         return out
 
     def close(self):
-        if self.runs:
+        if self.fd is not None:
             os.close(self.fd)
-            self.runs = {}
+        self.runs, self.fd = {}, None
