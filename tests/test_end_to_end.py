@@ -201,3 +201,25 @@ def test_evaluate_flags_points_with_nonfinite_inputs_or_results(model_from_text)
     flags = np.ones(8, dtype=bool)
     kernel.evaluate({"x": x}, nonfinite=flags)
     assert np.flatnonzero(flags).tolist() == [3, 5, 6]
+
+
+@pytest.mark.parametrize("m", [0, 1, 15, 16, 17, 2 * 64 * 16 + 3, 20_011])
+def test_batch_driver_computes_every_row_once_for_any_size(model_from_text, m):
+    """The drivers hand out blocks of rows from a shared counter (at least 16 rows, m / (64 * threads)
+    for large m): sizes around a block and a prime are computed row for row like numpy, into
+    outputs prefilled with NaN, with the same bits for 1 and 2 threads, and flagged only where asked."""
+    model = model_from_text("adgrad: 1\ninputs:\n  x: {shape: [2]}\noutputs:\n  E: x[0] * exp(x[1])\n", "blocks")
+    kernel = compile_model(model, [("E", "x")], mode="forward")
+    x = np.random.default_rng(m).standard_normal((m, 2))
+    x[m // 2:m // 2 + 1, 0] = np.inf if m else 0.0
+    results = []
+    for threads in (1, 2):
+        out = {"E": np.full(m, np.nan), "dE_dx": np.full((m, 2), np.nan)}     # a row left out stays NaN
+        flags = np.zeros(m, dtype=bool)
+        kernel.evaluate({"x": x}, out=out, threads=threads, nonfinite=flags)
+        results.append(out)
+        assert np.flatnonzero(flags).tolist() == ([m // 2] if m else [])
+    np.testing.assert_allclose(results[0]["E"], x[:, 0] * np.exp(x[:, 1]), rtol=1e-15)   # exp: libm vs numpy
+    np.testing.assert_allclose(results[0]["dE_dx"][:, 1], results[0]["E"], rtol=0)
+    for name in ("E", "dE_dx"):
+        assert results[0][name].tobytes() == results[1][name].tobytes()

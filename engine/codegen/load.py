@@ -68,8 +68,8 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point):
     checks = " or ".join(f"__nonfinite({a}[i])" for a, pp in zip(point_args, per_point) if pp)
     common = dict(rows=", ".join(rows), first=first, row_args=row_args)
     src += DRIVER.format(name="batch", extra="", doc="", check="", **common)
-    src += DRIVER.format(name="batch_checked", extra=", bad", doc=CHECK_DOC, check=f"\n                bad[i] = {checks}",
-                         **common)
+    check = f"\n                bad[i] = {checks}"
+    src += DRIVER.format(name="batch_checked", extra=", bad", doc=CHECK_DOC, check=check, **common)
     return src
 
 

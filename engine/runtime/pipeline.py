@@ -3,8 +3,8 @@
 All h5py calls stay in the calling (main) thread; one worker thread runs the nogil kernel, the
 non-finite check and the exact sums. Three preallocated buffer sets rotate (one being read, one
 computed, one written), so memory is set by the chunk size, not by the file. Inputs that the file
-lays out plainly are mapped rather than read into their buffers (engine/h5/mapped.py). Chunks are committed
-in order, so a stop or a crash leaves a prefix of finished chunks."""
+lays out plainly are mapped rather than read into their buffers (engine/h5/mapped.py). Chunks are
+committed in order, so a stop or a crash leaves a prefix of finished chunks."""
 from __future__ import annotations
 
 import time
