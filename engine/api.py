@@ -81,7 +81,11 @@ class CompiledKernel:
                 m = x.shape[0]
             elif x.shape[0] != m:
                 raise ValueError(f"input '{name}' has {x.shape[0]} points, others have {m}")
-            rows.append(np.ascontiguousarray(x.reshape(m, v.size)))
+            row = np.ascontiguousarray(x.reshape(m, v.size))
+            if row.flags.writeable:     # inputs mapped from a file are read-only: numba compiles one
+                row = row.view()        # driver for read-only arrays, so make every input one
+                row.flags.writeable = False
+            rows.append(row)
         pvals = {**self.model.param_values, **(params or {})}
         prms = [np.ascontiguousarray(np.asarray(pvals[n], dtype=np.float64).reshape(v.size))
                 for n, v in g.params.items()]

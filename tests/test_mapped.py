@@ -9,6 +9,7 @@ import pytest
 
 from adgrad.engine.h5 import mapped
 from adgrad.engine.h5.io import InputReader
+from adgrad.engine.runtime.job import prepare
 from adgrad.engine.runtime.job import run as run_job
 from adgrad.engine.spec import load_config_file
 
@@ -184,6 +185,8 @@ def test_run_on_mapped_pieces_equals_run_on_h5py_reads(tmp_path, rng, monkeypatc
     monkeypatch.setattr(InputReader, "rows", lambda self, *a: counts.append(len(p := rows(self, *a))) or p)
     run(tmp_path, "mapped")
     assert len(counts) == 6 and max(counts) > 1
+    kernel = prepare(load_config_file(str(tmp_path / "mapped.yaml")))[1]
+    assert len(kernel.module.batch_checked.signatures) == 1     # mapped (read-only) rows: no second compile
     monkeypatch.setattr(mapped.MappedRows, "usable", property(lambda self: False))
     run(tmp_path, "read")
     with h5py.File(tmp_path / "mapped.h5", "r") as a, h5py.File(tmp_path / "read.h5", "r") as b:
