@@ -3,9 +3,11 @@
 h5py copies every input byte from the page cache into our buffer. For EAM's 800 bytes a point that
 copy costs the I/O thread about a fifth of the kernel's own CPU time, on the cores the kernel
 needs. Where a dataset's rows lie in the file as plain native float64 (contiguous, or chunked by
-whole rows, unfiltered), the rows of a chunk are mapped read-only with MAP_POPULATE instead: that
+whole rows, unfiltered), the rows of a chunk are mapped read-only instead, and MADV_POPULATE_READ
 brings the pages in (from the page cache, or from the disk if they are not cached) in the calling
-I/O thread, so the kernel in the worker never waits on a page fault.
+I/O thread, so the kernel in the worker never waits on a page fault. A read error there raises
+OSError, and h5py reads those rows instead (and reports the error if it persists); only a page
+that the system evicts and then fails to read again would end the process with SIGBUS.
 
 HDF5 puts index nodes between data chunks now and then, so a run of rows may lie in several
 places: each place becomes a piece of its own, and the kernel runs once per piece. Datasets that
@@ -26,6 +28,7 @@ import numpy as np
 from .direct import chunk_offsets
 
 MAX_PIECES = 64             # per chunk of rows; beyond that the kernel calls cost more than a copy
+MADV_POPULATE_READ = 22     # Linux 5.14+: fault the pages in, and fail (unlike MAP_POPULATE) if it cannot
 NATIVE_F8 = np.dtype(np.float64)
 
 
@@ -58,7 +61,7 @@ class MappedRows:
 
     def __init__(self, path, datasets: dict):
         self.datasets, self.runs, self.fd = datasets, {}, None
-        if sys.byteorder != "little" or not hasattr(mmap, "MAP_POPULATE"):
+        if sys.byteorder != "little" or not sys.platform.startswith("linux"):
             return
         runs = {name: _runs(ds) for name, ds in datasets.items()}
         if any(r is None or datasets[name].file.userblock_size for name, r in runs.items()):
@@ -72,7 +75,7 @@ class MappedRows:
                     [(_, _, offset)] = self._parts(name, a, a + 1)
                     if not np.array_equal(self._map(name, a, a + 1, offset), ds[a:a + 1], equal_nan=True):
                         raise OSError("mapped rows differ from h5py's")
-        except OSError:             # no mmap on this file system, or not what we assume
+        except OSError:             # no mmap on this file system, a kernel before 5.14, or not what we assume
             self.close()
 
     @property
@@ -94,8 +97,9 @@ class MappedRows:
         """Rows [start, end) of one dataset, lying from `offset` on in the file, as a read-only array."""
         row_bytes = self.runs[name][2]
         base = offset - offset % mmap.ALLOCATIONGRANULARITY
-        m = mmap.mmap(self.fd, offset - base + (end - start) * row_bytes, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE,
-                      prot=mmap.PROT_READ, offset=base)
+        m = mmap.mmap(self.fd, offset - base + (end - start) * row_bytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ,
+                      offset=base)
+        m.madvise(MADV_POPULATE_READ)       # pages in now, in this thread; an I/O error raises here
         rows = np.frombuffer(m, NATIVE_F8, (end - start) * row_bytes // NATIVE_F8.itemsize, offset - base)
         return rows.reshape((end - start,) + self.datasets[name].shape[1:])
 
