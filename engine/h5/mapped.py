@@ -116,10 +116,12 @@ class MappedRows:
         except OSError:
             return None
         out = []
-        for lo, hi in zip(cuts, cuts[1:]):
+        for lo, hi in zip(cuts, cuts[1:]):      # each cut lies inside one mapped part of every dataset
             views = {}
             for name, mapped in maps.items():
-                first, rows = mapped[bisect.bisect_right([a for a, _ in mapped], lo) - 1]
+                while len(mapped) > 1 and mapped[1][0] <= lo:
+                    mapped.pop(0)
+                first, rows = mapped[0]
                 views[name] = rows[lo - first: hi - first]
             out.append((lo - start, hi - start, views))
         return out
