@@ -16,7 +16,7 @@ from .ir.core import Builder, Graph, Var
 from .model import LoadedModel, build
 from .opt.dce import dce
 from .opt.scalarize import pays_off, scalarize
-from .runtime.exactsum import ExactSum
+from .numeric.exactsum import ExactSum
 from .spec import load_model_file
 
 

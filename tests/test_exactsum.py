@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adgrad.engine.runtime.exactsum import STATE, ExactSum
+from adgrad.engine.numeric.exactsum import STATE, ExactSum
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 

@@ -18,9 +18,9 @@ HEADER = '''\
 import math
 import numpy as np
 from numba import njit, prange
-from adgrad.engine.codegen.scalar import sign as __sign, sigmoid as __sigmoid, softplus as __softplus
-from adgrad.engine.codegen.scalar import minimum as __minimum, maximum as __maximum
-from adgrad.engine.codegen.scalar import nonfinite as __nonfinite, fetch_add as __fetch_add
+from adgrad.engine.numeric.scalar import sign as __sign, sigmoid as __sigmoid, softplus as __softplus
+from adgrad.engine.numeric.scalar import minimum as __minimum, maximum as __maximum
+from adgrad.engine.numeric.scalar import nonfinite as __nonfinite, fetch_add as __fetch_add
 '''
 
 DRIVER = '''

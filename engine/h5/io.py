@@ -27,7 +27,7 @@ import h5py
 import numpy as np
 
 from ..errors import DataError
-from ..runtime.exactsum import STATE, ExactSum
+from ..numeric.exactsum import STATE, ExactSum
 from .atomic import atomic_h5
 from .direct import ALIGN, FILE_OPTIONS, DirectWriter
 from .mapped import MappedRows

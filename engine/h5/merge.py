@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 
 from ..errors import DataError
-from ..runtime.exactsum import ExactSum
+from ..numeric.exactsum import ExactSum
 from .atomic import atomic_h5
 
 EXACT = "_adgrad/exact"

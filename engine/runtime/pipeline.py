@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import JobError
 from ..h5.direct import aligned_empty
-from .exactsum import ExactSum
+from ..numeric.exactsum import ExactSum
 
 SETS = 3        # buffer sets in flight: read, compute, write
 

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import ShapeError
+from ...errors import ShapeError
 
 
 def broadcast_shapes(opname, shapes):

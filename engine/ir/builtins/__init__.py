@@ -1,0 +1,1 @@
+"""The language's built-in functions as compositions of IR ops."""

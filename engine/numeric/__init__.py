@@ -1,0 +1,1 @@
+"""Numba-level numeric helpers with no upward imports: exact sums, scalar functions the kernels call."""
