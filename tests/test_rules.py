@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from adgrad.engine import compile_model
-from adgrad.engine.ad.rules import RULES
 from adgrad.engine.ir.interp import interpret
 from adgrad.engine.ir.ops import OPS
 from ir_oracle import assert_close_to_fd, central_differences, derivative_graph
@@ -25,12 +24,8 @@ from ir_oracle import assert_close_to_fd, central_differences, derivative_graph
 # ---- every op has a rule ------------------------------------------------------------------------
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_every_op_has_a_rule(op):
-    assert op in RULES, f"IR op '{op}' has no entry in engine.ad.rules.RULES"
-    assert callable(RULES[op].jvp) and callable(RULES[op].vjp)
-
-
-def test_rule_table_has_no_unknown_ops():
-    assert set(RULES) <= set(OPS), f"rules for ops that do not exist: {sorted(set(RULES) - set(OPS))}"
+    rule = OPS[op].rule
+    assert callable(rule.jvp) and callable(rule.vjp), f"IR op '{op}' has no derivative rule"
 
 
 # ---- machinery ----------------------------------------------------------------------------------
@@ -207,6 +202,8 @@ UNARY = Group(
         "u_arctan": "arctan(z)", "u_sinh": "sinh(z)", "u_cosh": "cosh(z)",
         "u_tanh": "tanh(z)", "u_abs": "abs(z)", "u_sign": "sign(z)", "u_square": "square(z)",
         "u_sigmoid": "sigmoid(5*z)", "u_softplus": "softplus(5*z)", "u_erf": "erf(z)",
+        "u_arcsinh": "arcsinh(3*z)", "u_arccosh": "arccosh(1 + 3*p)", "u_arctanh": "arctanh(0.45*z)",
+        "u_exp2": "exp2(z)", "u_log2": "log2(p)", "u_log10": "log10(p)",
         "u_both": "sum(log(v)) * exp(z)",
         "u_vec": "exp(sin(v)) * sqrt(1 + square(v)) * tanh(v) / cbrt(v)",
     },
@@ -237,7 +234,7 @@ BINARY = Group(
         "b_rdiv": "s / a", "b_pow": "a ** b", "b_pow3": "a ** 3", "b_pow_frac": "a ** 2.5",
         "b_pow_neg": "a ** -2", "b_pow_half": "b ** 0.5", "b_pow_sa": "s ** a", "b_pow_as": "a ** s",
         "b_min": "minimum(a, b)", "b_max": "maximum(a, s)", "b_min_s": "minimum(s, b)",
-        "b_atan2": "arctan2(a - 1.2, b - 1.1)",
+        "b_atan2": "arctan2(a - 1.2, b - 1.1)", "b_hypot": "hypot(a - 1.2, b)", "b_hypot_s": "hypot(3.0, s)",
         "b_where": "where(a < b, a * b, a / b)",
         "b_where_logic": "where((a < b) & (b > s) | ~(a >= 1.0), exp(a), s * b)",
         "b_where_cmp": "where((a <= s) | (b == s), a, b * s)",

@@ -1,10 +1,12 @@
-"""Derivatives as IR -> IR transforms: forward (vector) mode and reverse mode, both driven by the one
-rule table in rules.py. Each appends equations to the same Builder as the values, so hash-consing
-shares work between a value and its derivatives (EAM's exp is computed once)."""
+"""Derivatives as IR -> IR transforms: forward (vector) mode and reverse mode, both driven by each
+op's derivative rule (its entry in engine/ir/ops/). Each appends equations to the same Builder as
+the values, so hash-consing shares work between a value and its derivatives (EAM's exp is computed
+once)."""
 from __future__ import annotations
 
 from ..ir.core import Builder, Var
-from .rules import RULES, IndexContribution, batched_index, from_jacobians, from_partials
+from ..ir.op import OPS
+from ..ir.rules import IndexContribution, batched_index, from_jacobians, from_partials
 
 
 def _custom_rule_as_eqn_rule(rule, b):
@@ -66,7 +68,7 @@ def jacobian_forward(b: Builder, custom: dict, wrt: Var, of: Var, seed: Var | No
                 eq = _Call(e.out, rule.args)
                 t = _custom_rule_as_eqn_rule(rule, b).jvp(eq, [tangents.get(a) for a in rule.args], bs)
             else:
-                t = RULES[e.op].jvp(e, [tangents.get(a) for a in e.args], bs)
+                t = OPS[e.op].rule.jvp(e, [tangents.get(a) for a in e.args], bs)
             if t is not None:
                 tangents[e.out] = t
             if e.out is of:
@@ -107,7 +109,7 @@ def jacobian_reverse(b: Builder, custom: dict, wrt: Var, of: Var, seed: Var | No
                 args = rule.args
                 eq, r = _Call(e.out, args), _custom_rule_as_eqn_rule(rule, b)
             else:
-                args, eq, r = e.args, e, RULES[e.op]
+                args, eq, r = e.args, e, OPS[e.op].rule
             if r.masks is not None:
                 cts, arg_masks = r.vjp(eq, ct, bs, mask), r.masks(eq, mask)
             else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir.ops import OPS
+from ..ir.op import OPS
 
 
 @dataclass
@@ -24,100 +24,112 @@ class Single:
 
 
 def kind(e):
-    """How an equation is lowered: const, array, scalar, load, view, elem, reduce or other."""
-    spec = OPS[e.op]
-    if e.op in ("const", "array"):
-        return e.op
-    if e.op == "eye":
+    """How an equation is lowered: const (no arguments, hoisted), scalar, load, view, elem, reduce or
+    other (a structural op's own statements)."""
+    op = OPS[e.op]
+    if op.loop is not None:
         return "elem"
-    if spec.kind == "view":
+    if op.kind == "structural":
+        return "other" if e.args else "const"
+    if op.kind == "view":
         if not e.out.shape:
             return "load"
         return "elem" if not e.args[0].shape else "view"
-    if spec.kind == "elementwise":
+    if op.kind == "elementwise":
         return "elem" if e.out.shape else "scalar"
-    if spec.kind == "reduce":
-        return "reduce"
-    return "other"
+    return "reduce"
 
 
 def schedule(graph):
-    available = set(graph.inputs.values()) | set(graph.params.values())
-    root = {}                       # view var -> the var whose storage it reads
-    items = []
-    group, group_pos, produced, local = None, None, set(), set()
+    """The equations of `graph` as items: loop nests (Group) and single statements (Single)."""
+    return _Scheduler(graph).run(list(graph.eqns))
 
-    def root_of(v):
-        while v in root:
-            v = root[v]
+
+class _Scheduler:
+    """Greedy fusion: keep one loop nest open and put into it every ready equation that fits; hoist
+    ready scalars, constants and views that do not read it above it; when nothing more can be
+    placed, close the nest and open the next one with the first ready equation."""
+
+    def __init__(self, graph):
+        self.available = set(graph.inputs.values()) | set(graph.params.values())   # complete values
+        self.root = {}              # view var -> the var whose storage it reads
+        self.items = []
+        self.group = None           # the open loop nest
+        self.at = None              # where hoisted statements go: just above the open nest
+        self.produced = set()       # values the open nest computes
+        self.local = set()          # ... of which loop-local scalars (elementwise values)
+
+    def run(self, pending):
+        while pending:
+            e = next((e for e in pending if self._ready(e) and self._place(e)), None)
+            if e is not None:
+                pending.remove(e)
+            elif self.group is not None:        # nothing more fits: close the loop
+                self.available |= self.produced
+                self.group, self.produced, self.local = None, set(), set()
+            else:
+                e = next(e for e in pending if all(a in self.available for a in e.args))
+                pending.remove(e)
+                self._open(e)
+        return self.items
+
+    def _ready(self, e):
+        return all(a in self.available or a in self.produced for a in e.args)
+
+    def _root(self, v):
+        while v in self.root:
+            v = self.root[v]
         return v
 
-    def touches_group(a):
-        return a in produced or root_of(a) in produced
+    def _touches_group(self, a):
+        return a in self.produced or self._root(a) in self.produced
 
-    def fits(e, k):
-        if k == "elem":
-            space = e.out.shape
-        elif k == "reduce":
-            space = e.args[0].shape
-        else:
-            return False
-        if space != group.space:
+    def _place(self, e):
+        """Put e into the open nest, or hoist it above it; False if it must wait."""
+        k = kind(e)
+        if self.group is not None and self._fits(e, k):
+            self.group.eqns.append(e)
+            self.produced.add(e.out)
+            if k == "elem":
+                self.local.add(e.out)
+            return True
+        if k in ("const", "scalar", "load", "view") and not any(self._touches_group(a) for a in e.args):
+            if self.group is not None:
+                self.items.insert(self.at, Single(e))
+                self.at += 1
+            else:
+                self.items.append(Single(e))
+            self._done(e, k)
+            return True
+        return False
+
+    def _fits(self, e, k):
+        space = {"elem": e.out.shape, "reduce": e.args[0].shape if e.args else None}.get(k)
+        if space != self.group.space:
             return False
         for a in e.args:
-            if a in local:
+            if a in self.local:
                 continue                        # a loop-local value of this group
-            if not a.shape and a not in produced:
+            if not a.shape and a not in self.produced:
                 continue                        # a scalar computed before the loop
-            if a in available and not touches_group(a):
+            if a in self.available and not self._touches_group(a):
                 continue                        # a complete buffer
             return False
         return True
 
-    pending = list(graph.eqns)
-    while pending:
-        placed = False
-        for i, e in enumerate(pending):
-            if not all(a in available or a in produced for a in e.args):
-                continue
-            k = kind(e)
-            if group is not None and fits(e, k):
-                group.eqns.append(e)
-                produced.add(e.out)
-                if k == "elem":
-                    local.add(e.out)
-            elif k in ("const", "array", "scalar", "load", "view") and not any(touches_group(a) for a in e.args):
-                if k == "view":
-                    root[e.out] = e.args[0]
-                if group is not None:
-                    items.insert(group_pos, Single(e))
-                    group_pos += 1
-                else:
-                    items.append(Single(e))
-                available.add(e.out)
-            else:
-                continue
-            pending.pop(i)
-            placed = True
-            break
-        if placed:
-            continue
-        if group is not None:                   # nothing more fits: close the loop
-            available |= produced
-            group, produced, local = None, set(), set()
-            continue
-        e = next(e for e in pending if all(a in available for a in e.args))
-        pending.remove(e)
+    def _open(self, e):
         k = kind(e)
         if k in ("elem", "reduce"):
-            group = Group(e.out.shape if k == "elem" else e.args[0].shape, [e])
-            group_pos = len(items)
-            items.append(group)
-            produced = {e.out}
-            local = {e.out} if k == "elem" else set()
+            self.group = Group(e.out.shape if k == "elem" else e.args[0].shape, [e])
+            self.at = len(self.items)
+            self.items.append(self.group)
+            self.produced = {e.out}
+            self.local = {e.out} if k == "elem" else set()
         else:
-            if k == "view":
-                root[e.out] = e.args[0]
-            items.append(Single(e))
-            available.add(e.out)
-    return items
+            self.items.append(Single(e))
+            self._done(e, k)
+
+    def _done(self, e, k):
+        if k == "view":
+            self.root[e.out] = e.args[0]
+        self.available.add(e.out)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ops import COMMUTATIVE, OPS, broadcast_shapes
+from .op import OPS, broadcast_shapes
 
 _current = contextvars.ContextVar("adgrad_builder")
 
@@ -107,7 +107,7 @@ class Builder:
     @staticmethod
     def _key(op, args, attrs):
         ids = tuple(a.id for a in args)
-        if op in COMMUTATIVE:
+        if OPS[op].commutative:
             ids = tuple(sorted(ids))
         return (op, ids, attrs)
 
@@ -141,7 +141,7 @@ class Builder:
         if hit is not None:
             return hit
         spec = OPS[op]
-        shape, dtype = spec.shape_rule([a.shape for a in args], [a.dtype for a in args], **attrs)
+        shape, dtype = spec.shape([a.shape for a in args], [a.dtype for a in args], **attrs)
         v = Var(tuple(shape), dtype)
         e = Eqn(v, op, tuple(args), attrs_t)
         self.graph.eqns.append(e)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import OPS
+from .op import OPS
 
 
 def interpret(graph, inputs: dict, params: dict, want=None) -> dict:

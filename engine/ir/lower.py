@@ -10,13 +10,13 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
-
 from ..errors import SpecError
 from ..parse import parse, span
 from ..spec import Expr, FunctionDecl
-from . import ops
+from .builtins import FUNCTIONS, Call, matmul
+from .builtins import Fail as _Fail
 from .core import Builder, Var
+from .op import OPS, broadcast_shapes
 
 
 @dataclass(frozen=True)
@@ -27,26 +27,6 @@ class CustomRule:
     partial: Callable
     free: tuple = ()            # other Vars the body reads (params): the rule says nothing about them
     mapped: bool = True         # scalar arguments mapped elementwise (else partials are Jacobian blocks)
-
-
-class _Fail(Exception):
-    """A problem at a node; turned into a SpecError with the expression and caret."""
-
-    def __init__(self, node, message):
-        super().__init__(message)
-        self.node, self.message = node, message
-
-
-def normalize_axes(node, axis, rank):
-    axes = axis if isinstance(axis, tuple) else (axis,)
-    out = []
-    for a in axes:
-        if not isinstance(a, int) or not -rank <= a < rank:
-            raise _Fail(node, f"axis {a} is out of range for an array of rank {rank}")
-        out.append(a % rank)
-    if len(set(out)) != len(out):
-        raise _Fail(node, f"repeated axis in {axis}")
-    return tuple(sorted(out))
 
 
 class Lowerer:
@@ -120,7 +100,7 @@ class Lowerer:
     def _Name(self, node, env):
         if node.id in env:
             return env[node.id]
-        if node.id in self.functions or node.id in FUNCS:
+        if node.id in self.functions or node.id in FUNCTIONS:
             raise _Fail(node, f"'{node.id}' is a function; call it with arguments")
         if node.id in ("pi", "e", "inf", "nan"):
             return self.b.const(getattr(math, node.id))
@@ -205,14 +185,16 @@ class Lowerer:
             if node.keywords:
                 raise _Fail(node.keywords[0], f"function '{name}' takes positional arguments only")
             return self._user_call(node, self.functions[name], [self._var(a, env) for a in node.args])
-        spec = FUNCS.get(name)
-        if spec is None:
+        fn = FUNCTIONS.get(name)
+        if fn is None:
             raise _Fail(node.func, f"unknown function '{name}'")
-        return spec(self, node, env)
+        return fn(self._call(node, env))
+
+    def _call(self, node, env, name=None):
+        return Call(name or node.func.id, node, self.b, lambda n: self._var(n, env), lambda n: self._static(n, env))
 
     def _matmul(self, node, a, b):
-        from .linalg import matmul
-        return matmul(self, node, a, b)
+        return matmul(self._call(node, None, "matmul"), a, b)
 
     # ---- user functions ------------------------------------------------------------------------
     def _free_vars(self, out, args):
@@ -247,10 +229,10 @@ class Lowerer:
             self._stack.pop()
         if mapped:
             for e in self.b.graph.eqns[n0:]:
-                if ops.OPS[e.op].kind != "elementwise" and e.op not in ("const", "broadcast_to"):
+                if OPS[e.op].kind != "elementwise" and e.op not in ("const", "broadcast_to"):
                     raise _Fail(node, f"function '{fn.name}' has scalar arguments, so it is mapped elementwise, "
                                       f"but its body uses '{e.op}'; declare argument shapes (args: {{name: shape}})")
-            want = ops.broadcast_shapes(fn.name, [a.shape for a in args])
+            want = broadcast_shapes(fn.name, [a.shape for a in args])
             if out.shape != want:
                 out = self._emit(node, "broadcast_to", out, shape=want)
         if fn.derivative is not None and out not in args:
@@ -262,7 +244,7 @@ class Lowerer:
                     self.b = saved
                 # mapped functions: one partial per element; tensor arguments: the Jacobian block
                 want = out_shape if mapped else out_shape + args[k].shape
-                if mapped and ops.broadcast_shapes(fn.name, [p.shape, want]) != want or \
+                if mapped and broadcast_shapes(fn.name, [p.shape, want]) != want or \
                         not mapped and p.shape != want:
                     raise fn.derivative[k].error(
                         f"the derivative of '{fn.name}' with respect to '{fn.args[k]}' must have shape {want}, "
@@ -270,168 +252,3 @@ class Lowerer:
                 return p
             self.custom[out] = CustomRule(fn.name, tuple(args), partial, self._free_vars(out, args), mapped)
         return out
-
-
-# ---- built-in functions: name -> lowering ---------------------------------------------------------
-FUNCS = {}
-
-UNARY_NAMES = ["exp", "log", "log1p", "expm1", "sqrt", "cbrt", "sin", "cos", "tan", "arcsin", "arccos",
-               "arctan", "sinh", "cosh", "tanh", "abs", "sign", "square", "sigmoid", "softplus", "erf"]
-
-
-def _args(lw, node, env, n, names=None):
-    if node.keywords:
-        raise _Fail(node.keywords[0], f"{node.func.id}() takes no keyword arguments")
-    if len(node.args) != n:
-        raise _Fail(node, f"{node.func.id}() takes {n} argument(s), got {len(node.args)}")
-    return [lw._var(a, env) for a in node.args]
-
-
-def _unary(name):
-    def lower(lw, node, env):
-        (x,) = _args(lw, node, env, 1)
-        return lw._emit(node, name, x)
-    return lower
-
-
-def _binary(name):
-    def lower(lw, node, env):
-        a, b = _args(lw, node, env, 2)
-        return lw._emit(node, name, a, b)
-    return lower
-
-
-for _n in UNARY_NAMES:
-    FUNCS[_n] = _unary(_n)
-for _n in ("minimum", "maximum", "arctan2"):
-    FUNCS[_n] = _binary(_n)
-
-
-def _where(lw, node, env):
-    c, a, b = _args(lw, node, env, 3)
-    if c.dtype != "bool":
-        raise _Fail(node.args[0], "where: the first argument must be a condition (a comparison)")
-    if a.dtype == "bool" or b.dtype == "bool":
-        raise _Fail(node, "where: the branches must be numbers, not conditions")
-    return lw._emit(node, "select", c, a, b)
-
-
-FUNCS["where"] = _where
-
-
-def array_and_axes(lw, node, env, default=None):
-    """The array and the normalized axes of a call `f(x)` or `f(x, axis=k)` (k an int or a tuple;
-    `default` when no axis is given, None meaning every axis)."""
-    if len(node.args) != 1:
-        raise _Fail(node, f"{node.func.id}() takes one array argument (and optionally axis=...)")
-    x = lw._var(node.args[0], env)
-    axis = default
-    for kw in node.keywords:
-        if kw.arg != "axis":
-            raise _Fail(kw, f"{node.func.id}(): unknown keyword '{kw.arg}'")
-        axis = lw._static(kw.value, env)
-    return x, tuple(range(x.rank)) if axis is None else normalize_axes(node, axis, x.rank)
-
-
-def _reduction(kind):
-    def lower(lw, node, env):
-        x, axes = array_and_axes(lw, node, env)
-        if kind == "mean":
-            n = math.prod(x.shape[a] for a in axes)
-            return lw._emit(node, "div", lw._emit(node, "reduce_sum", x, axes=axes), n)
-        if kind == "prod" and math.prod(x.shape[a] for a in axes) <= SMALL_PROD:
-            return _unrolled_prod(lw, node, x, axes)
-        return lw._emit(node, "reduce_" + kind, x, axes=axes)
-    return lower
-
-
-SMALL_PROD = 16     # products of at most this many factors are unrolled into multiplications
-
-
-def _unrolled_prod(lw, node, x, axes):
-    """prod over few elements as a chain of multiplications of views: derivatives of every order
-    follow from mul's rule, and the code is as fast as the reduction loop."""
-    kept = [a for a in range(x.rank) if a not in axes]
-    x = lw._emit(node, "transpose", x, perm=tuple(kept) + tuple(axes))
-    n = math.prod(x.shape[len(kept):])
-    x = lw._emit(node, "reshape", x, shape=x.shape[:len(kept)] + (n,))
-    full = tuple((0, d, 1) for d in x.shape[:-1])
-    out = None
-    for k in range(n):
-        part = lw._emit(node, "getitem", x, index=full + (k,)) if x.shape[-1] > 1 else \
-            lw._emit(node, "reshape", x, shape=x.shape[:-1])
-        out = part if out is None else lw._emit(node, "mul", out, part)
-    return out
-
-
-for _n in ("sum", "prod", "max", "min", "mean"):
-    FUNCS[_n] = _reduction(_n)
-
-
-def _dot(lw, node, env):
-    a, b = _args(lw, node, env, 2)
-    return lw._matmul(node, a, b)
-
-
-def _norm(lw, node, env):
-    """The 2-norm over `axis` (default: all elements, the Frobenius norm of a matrix)."""
-    x, axes = array_and_axes(lw, node, env)
-    return lw._emit(node, "sqrt", lw._emit(node, "reduce_sum", lw._emit(node, "square", x), axes=axes))
-
-
-FUNCS["dot"] = _dot
-FUNCS["norm"] = _norm
-
-
-def _constant_array(lw, node, value):
-    value = np.asarray(value, dtype=float)
-    return lw.b.emit("array", data=tuple(value.ravel().tolist()), shape=value.shape) if value.shape \
-        else lw.b.const(float(value))
-
-
-def _static_args(lw, node, env, lo, hi):
-    if node.keywords:
-        raise _Fail(node.keywords[0], f"{node.func.id}() takes no keyword arguments")
-    if not lo <= len(node.args) <= hi:
-        raise _Fail(node, f"{node.func.id}() takes {lo} to {hi} constant arguments, got {len(node.args)}")
-    return [lw._static(a, env) for a in node.args]
-
-
-def _shape_arg(node, s):
-    s = s if isinstance(s, tuple) else (s,)
-    if not all(isinstance(d, int) and d >= 1 for d in s):
-        raise _Fail(node, f"{node.func.id}(): a shape is a positive integer or a list of them, got {s!r}")
-    return s
-
-
-def _arange(lw, node, env):
-    vals = _static_args(lw, node, env, 1, 3)
-    arr = np.arange(*vals, dtype=float)
-    if arr.size == 0:
-        raise _Fail(node, "arange(): the range is empty")
-    return _constant_array(lw, node, arr)
-
-
-def _linspace(lw, node, env):
-    a, b, n = _static_args(lw, node, env, 3, 3)
-    if not isinstance(n, int) or n < 1:
-        raise _Fail(node, "linspace(): the number of points must be a positive integer")
-    return _constant_array(lw, node, np.linspace(a, b, n))
-
-
-def _filled(value):
-    def lower(lw, node, env):
-        (s,) = _static_args(lw, node, env, 1, 1)
-        return lw.b.const(value, _shape_arg(node, s))
-    return lower
-
-
-def _eye(lw, node, env):
-    (n,) = _static_args(lw, node, env, 1, 1)
-    return _constant_array(lw, node, np.eye(_shape_arg(node, n)[0]))
-
-
-FUNCS.update(arange=_arange, linspace=_linspace, zeros=_filled(0.0), ones=_filled(1.0), eye=_eye)
-
-
-from . import linalg  # noqa: E402,F401  (registers the tensor and linear-algebra functions in FUNCS)

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from ..ir.core import Builder, Graph
-from ..ir.ops import OPS, numpy_index
+from ..ir.op import OPS, elements, lanes
 from .dce import dce
 
 MAX_EQNS = 2000          # scalar equations in the result; longer kernels keep their loops
@@ -66,10 +66,11 @@ def scalarize(graph: Graph, symmetric=None, limit=MAX_EQNS) -> Graph | None:
     try:
         with b.active():
             for v in [*graph.inputs.values(), *graph.params.values()]:
-                env[v] = _elements(v.shape, lambda idx, v=v: b.emit("getitem", v, index=idx) if idx else v)
+                env[v] = elements(v.shape, lambda idx, v=v: b.emit("getitem", v, index=idx) if idx else v)
             for e in graph.eqns:
-                lower = _LOWER.get(e.op) or _LOWER[OPS[e.op].kind]
-                env[e.out] = lower(b, e, [env[a] for a in e.args])
+                op = OPS[e.op]
+                form = op.scalar or _GENERIC[op.kind]
+                env[e.out] = form(b, e, [env[a] for a in e.args])
             outputs = {}
             for name, v in graph.outputs.items():
                 arr = env[v]
@@ -91,24 +92,7 @@ def pays_off(graph: Graph, scalar: Graph) -> bool:
 
 def _arithmetic(graph):
     """Scalar operations a graph performs per point (views and constants are free)."""
-    work = 0
-    for e in graph.eqns:
-        kind = OPS[e.op].kind
-        if e.op == "index_add":
-            work += e.args[1].size
-        elif kind == "elementwise" or e.op in ("prod_others", "eye"):
-            work += e.out.size
-        elif kind == "reduce":
-            work += e.args[0].size
-    return work
-
-
-def _elements(shape, make):
-    """An object array of `shape` whose element idx is make(idx)."""
-    arr = np.empty(shape, dtype=object)
-    for idx in np.ndindex(*shape):
-        arr[idx] = make(idx)
-    return arr
+    return sum(OPS[e.op].cost(e) for e in graph.eqns)
 
 
 def _mirror(arr, r):
@@ -120,99 +104,31 @@ def _mirror(arr, r):
     return sq.reshape(arr.shape)
 
 
+# the element forms of whole kinds; structural ops give their own (Op.scalar)
 def _elementwise(b, e, xs):
     attrs = dict(e.attrs)
     xs = [np.broadcast_to(x, e.out.shape) for x in xs]
-    return _elements(e.out.shape, lambda idx: b.emit(e.op, *[x[idx] for x in xs], **attrs))
-
-
-_COMBINE = {"reduce_sum": "add", "reduce_prod": "mul", "reduce_max": "maximum", "reduce_min": "minimum"}
-_EMPTY = {"reduce_sum": 0.0, "reduce_prod": 1.0, "reduce_max": -math.inf, "reduce_min": math.inf}
-
-
-def _lanes(x, axes):
-    """x with the reduced axes flattened into one last axis."""
-    kept = tuple(d for k, d in enumerate(x.shape) if k not in axes)
-    moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
-    return moved.reshape(kept + (-1,))
+    return elements(e.out.shape, lambda idx: b.emit(e.op, *[x[idx] for x in xs], **attrs))
 
 
 def _reduce(b, e, xs):
-    lanes = _lanes(xs[0], e.attr("axes"))
-    op = _COMBINE[e.op]
+    rows = lanes(xs[0], e.attr("axes"))
+    red = OPS[e.op].lower
 
     def fold(idx):
-        terms = list(lanes[idx])
+        terms = list(rows[idx])
         if not terms:
-            return b.const(_EMPTY[e.op])
+            return b.const(red.identity)
         acc = terms[0]
         for t in terms[1:]:
-            acc = b.emit(op, acc, t)
+            acc = b.emit(red.combine, acc, t)
         return acc
-    return _elements(e.out.shape, fold)
+    return elements(e.out.shape, fold)
 
 
 def _view(b, e, xs):
-    (x,) = xs
-    if e.op == "getitem":
-        return _at(x, e.attr("index"))
-    if e.op == "transpose":
-        return np.transpose(x, e.attr("perm"))
-    if e.op == "reshape":
-        return x.reshape(e.attr("shape"))
-    return np.broadcast_to(x, e.attr("shape"))
+    """A view of an object array is numpy's view of it (as an array, also for a single element)."""
+    return np.asarray(OPS[e.op].numpy(xs[0], **dict(e.attrs)), dtype=object)
 
 
-def _index_add(b, e, xs):
-    acc, val = xs
-    out = np.array(acc, dtype=object)          # a writable copy: acc may be a broadcast view
-    flat = out.reshape(-1)
-    where = _at(np.arange(out.size).reshape(out.shape), e.attr("index"))
-    for idx in np.ndindex(*val.shape):
-        flat[where[idx]] = b.emit("add", flat[where[idx]], val[idx])
-    return out
-
-
-def _at(x, index):
-    """x[index] as an array, also when the index picks a single element."""
-    return np.asarray(x[numpy_index(index)], dtype=x.dtype)
-
-
-def _prod_others(b, e, xs):
-    (x,) = xs
-    axes = e.attr("axes")
-    lanes = _lanes(x, axes)
-    out = np.empty(lanes.shape, dtype=object)
-    for idx in np.ndindex(*lanes.shape[:-1]):
-        terms = list(lanes[idx])
-        before = [b.const(1.0)]
-        for t in terms[:-1]:
-            before.append(b.emit("mul", before[-1], t))
-        after = b.const(1.0)
-        for k in range(len(terms) - 1, -1, -1):
-            out[idx + (k,)] = b.emit("mul", before[k], after)
-            after = b.emit("mul", after, terms[k])
-    kept = [d for k, d in enumerate(x.shape) if k not in axes]
-    red = [x.shape[k] for k in axes]
-    moved = out.reshape(tuple(kept) + tuple(red))
-    return np.moveaxis(moved, tuple(range(len(kept), x.ndim)), axes)
-
-
-def _const(b, e, xs):
-    if e.op == "const":
-        return _elements((), lambda idx: b.const(e.attr("value")))
-    if e.op == "array":
-        data = np.asarray(e.attr("data"), dtype=float).reshape(e.out.shape)
-        return _elements(e.out.shape, lambda idx: b.const(data[idx]))
-    n = math.prod(e.attr("shape"))                         # eye
-    flat = _elements((n, n), lambda idx: b.const(1.0 if idx[0] == idx[1] else 0.0))
-    return flat.reshape(e.out.shape)
-
-
-def _pack(b, e, xs):
-    return np.array([x[()] for x in xs], dtype=object).reshape(e.out.shape)
-
-
-# by op name first, then by op kind
-_LOWER = {"index_add": _index_add, "prod_others": _prod_others, "const": _const, "array": _const, "eye": _const,
-          "pack": _pack, "elementwise": _elementwise, "reduce": _reduce, "view": _view}
+_GENERIC = {"elementwise": _elementwise, "reduce": _reduce, "view": _view}

@@ -1,0 +1,98 @@
+"""Constructors with constant arguments (arange linspace zeros ones eye), and arrays assembled from
+others (stack concatenate reshape). Assembly is an in-place update of a zero array (index_add), whose
+adjoints are free views."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .call import builtin
+
+
+def _shape_arg(call, s):
+    s = s if isinstance(s, tuple) else (s,)
+    if not all(isinstance(d, int) and d >= 1 for d in s):
+        raise call.fail(f"{call.name}(): a shape is a positive integer or a list of them, got {s!r}")
+    return s
+
+
+@builtin("arange")
+def arange(call):
+    arr = np.arange(*call.statics(1, 3), dtype=float)
+    if arr.size == 0:
+        raise call.fail("arange(): the range is empty")
+    return call.constant(arr)
+
+
+@builtin("linspace")
+def linspace(call):
+    a, b, n = call.statics(3, 3)
+    if not isinstance(n, int) or n < 1:
+        raise call.fail("linspace(): the number of points must be a positive integer")
+    return call.constant(np.linspace(a, b, n))
+
+
+@builtin("zeros", "ones")
+def filled(call):
+    (s,) = call.statics(1, 1)
+    return call.const(1.0 if call.name == "ones" else 0.0, _shape_arg(call, s))
+
+
+@builtin("eye")
+def eye(call):
+    (n,) = call.statics(1, 1)
+    return call.constant(np.eye(_shape_arg(call, n)[0]))
+
+
+@builtin("reshape")
+def reshape(call):
+    if len(call.args) != 2 or call.keywords:
+        raise call.fail("reshape(a, shape)")
+    a = call.array(call.args[0])
+    shape = call.static(call.args[1])
+    shape = shape if isinstance(shape, tuple) else (shape,)
+    if shape.count(-1) == 1 and a.size % max(1, -math.prod(shape)) == 0:
+        shape = tuple(a.size // -math.prod(shape) if d == -1 else d for d in shape)
+    if not all(isinstance(d, int) and d >= 1 for d in shape):
+        raise call.fail(f"reshape: a shape is a list of positive integers (one may be -1), got {shape}",
+                        call.args[1])
+    return call.reshape(a, shape)
+
+
+def concatenate(call, parts, axis):
+    first = parts[0]
+    if first.rank == 0:
+        raise call.fail("concatenate: zero-dimensional arrays cannot be concatenated (use stack)")
+    (axis,) = call.axes(axis, first.rank)
+    for p in parts[1:]:
+        if p.rank != first.rank or any(d != e for i, (d, e) in enumerate(zip(p.shape, first.shape)) if i != axis):
+            raise call.fail(f"concatenate: shapes {first.shape} and {p.shape} differ outside axis {axis}")
+    n = sum(p.shape[axis] for p in parts)
+    shape = first.shape[:axis] + (n,) + first.shape[axis + 1:]
+    out, off = call.const(0.0, shape), 0
+    for p in parts:
+        index = tuple((off, off + p.shape[axis], 1) if i == axis else (0, d, 1) for i, d in enumerate(shape))
+        out = call.emit("index_add", out, p, index=index)
+        off += p.shape[axis]
+    return out
+
+
+def stack(call, parts, axis=0):
+    first = parts[0]
+    for p in parts[1:]:
+        if p.shape != first.shape:
+            raise call.fail(f"stack: all arrays need the same shape, got {first.shape} and {p.shape}")
+    (axis,) = call.axes(axis, first.rank + 1)
+    shape = first.shape[:axis] + (1,) + first.shape[axis:]
+    return concatenate(call, [call.reshape(p, shape) for p in parts], axis)
+
+
+@builtin("concatenate")
+def concatenate_fn(call):
+    return concatenate(call, *call.list_argument())
+
+
+@builtin("stack")
+def stack_fn(call):
+    return stack(call, *call.list_argument())
