@@ -51,6 +51,7 @@ class CompiledKernel:
     output_shapes: dict = field(default_factory=dict)   # per point
     reduced: frozenset = frozenset()                      # results summed over all points
     scalarized: bool = False    # emitted as straight-line scalar code (engine/opt/scalarize.py)
+    code_graph: Graph | None = None   # the graph the source was emitted from (scalarized or not)
 
     @property
     def point_kernel(self):
@@ -175,7 +176,8 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None) 
     module = load(source)
     kernel = CompiledKernel(model, graph, derivs, source, module, em.work_size,
                             {n: v.shape for n, v in outs.items()},
-                            frozenset(d.name for d in derivs if d.kind == "sum"), scalar is not None)
+                            frozenset(d.name for d in derivs if d.kind == "sum"), scalar is not None,
+                            scalar or graph)
     kernel.evaluate({n: np.empty((0,) + v.shape) for n, v in graph.inputs.items()})   # jit (or load) now
     return kernel
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.op import OPS
+from ..ir.printer import canonical_names, format_eqn
 
 
 @dataclass
@@ -133,3 +134,17 @@ class _Scheduler:
         if k == "view":
             self.root[e.out] = e.args[0]
         self.available.add(e.out)
+
+
+def format_schedule(graph):
+    """The schedule as text: each loop nest as `loop [space]:` with its equations indented, each
+    single statement as its equation (canonical IR names, as `adgrad explain` prints the IR)."""
+    names = canonical_names(graph)
+    lines = []
+    for it in schedule(graph):
+        if isinstance(it, Group):
+            lines.append(f"loop [{', '.join(map(str, it.space))}]:")
+            lines += ["    " + format_eqn(e, names) for e in it.eqns]
+        else:
+            lines.append(format_eqn(it.eqn, names))
+    return "\n".join(lines)
