@@ -37,8 +37,8 @@ import numba
 import numpy as np
 
 from adgrad.engine.api import CompiledKernel
-from adgrad.engine.runtime.job import prepare
-from adgrad.engine.runtime.job import run as run_job
+from adgrad.engine.job.run import prepare
+from adgrad.engine.job.run import run as run_job
 from adgrad.engine.spec import load_config_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,13 +91,13 @@ def timed(fn, *args, **kw):
 def io_only(config, threads):
     """`adgrad run` with the kernel call skipped: every read, write and commit of the job, rows of
     whatever the buffers hold. What the job would take if computing were free."""
-    evaluate = CompiledKernel.evaluate
-    CompiledKernel.evaluate = lambda self, inputs, out=None, params=None, threads=None, nonfinite=None: \
+    compute = CompiledKernel.compute
+    CompiledKernel.compute = lambda self, inputs, outputs, workspace, nonfinite=None, params=None: \
         nonfinite.fill(False) if nonfinite is not None else None
     try:
         return run_job(config, threads=threads)
     finally:
-        CompiledKernel.evaluate = evaluate
+        CompiledKernel.compute = compute
 
 
 def compute_only(kernel, x, chunk, outs, threads):

@@ -1,8 +1,8 @@
 """`adgrad bench CONFIG`: compute-only timings per kernel variant and mode, and compile times."""
 import click
 
-from adgrad.engine.runtime.bench import bench as run_bench
-from adgrad.engine.runtime.bench import format_table
+from adgrad.engine.tools.bench import bench as run_bench
+from adgrad.engine.tools.bench import format_table
 
 from .common import load_model_or_config, reports_errors
 

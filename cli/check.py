@@ -3,8 +3,7 @@ import sys
 
 import click
 
-from adgrad.engine import check as oracle
-from adgrad.engine.h5.io import InputReader
+from adgrad.engine.tools import check as oracle
 
 from .common import load_model_or_config, reports_errors
 
@@ -19,15 +18,7 @@ def check(model_or_config, k, seed):
     """Check derivatives: forward, reverse and manual against each other and central differences."""
     model, config = load_model_or_config(model_or_config)
     pairs = oracle.requested(model, config.derivatives if config else None)
-    if config is not None and config.input_path is not None:
-        shapes = {n: d.shape for n, d in model.spec.inputs.items()}
-        reader = InputReader(config.input_path, {n: config.datasets[n] for n in shapes}, shapes)
-        try:
-            points = reader.read(0, min(k, reader.points))
-        finally:
-            reader.close()
-    else:
-        points = oracle.sample_points(model, k, seed)
+    points = oracle.points(model, config, k, seed)
     rows = oracle.check(model, pairs, points)
     click.echo(oracle.format_rows(rows))
     bad = [r for r in rows if not r.ok]

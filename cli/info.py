@@ -2,7 +2,7 @@
 import click
 
 from adgrad.engine.errors import DataError
-from adgrad.engine.h5.info import describe
+from adgrad.engine.tools.info import describe
 
 from .common import reports_errors
 

@@ -1,6 +1,8 @@
 """The `adgrad` command group: one module per command, this file only wires them together."""
 import click
 
+from adgrad.engine.version import __version__
+
 from .bench import bench
 from .check import check
 from .explain import explain
@@ -11,7 +13,7 @@ from .sample import sample
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option("0.1.0", prog_name="adgrad")
+@click.version_option(__version__, prog_name="adgrad")
 def cli():
     """adgrad: outputs and derivatives of YAML models at every point of an HDF5 point cloud."""
 

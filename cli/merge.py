@@ -1,7 +1,7 @@
 """`adgrad merge OUT SHARD...`: join the shard files of one run into one output file."""
 import click
 
-from adgrad.engine.h5.merge import merge as merge_shards
+from adgrad.engine.tools.merge import merge as merge_shards
 
 from .common import reports_errors
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from adgrad.engine.api import _derive, compile_model
+from adgrad.engine.compile import _derive, compile_model
 from adgrad.engine.ir.core import Builder, Graph
 from adgrad.engine.ir.interp import interpret
 

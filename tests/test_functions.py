@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from adgrad.engine import check as oracle
+from adgrad.engine.tools import check as oracle
 from adgrad.engine import compile_model
 from adgrad.engine.errors import SpecError
 

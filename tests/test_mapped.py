@@ -7,10 +7,10 @@ import h5py
 import numpy as np
 import pytest
 
-from adgrad.engine.h5 import mapped
-from adgrad.engine.h5.io import InputReader
-from adgrad.engine.runtime.job import prepare
-from adgrad.engine.runtime.job import run as run_job
+from adgrad.engine.store import mapped
+from adgrad.engine.store.input import InputReader
+from adgrad.engine.job.run import prepare
+from adgrad.engine.job.run import run as run_job
 from adgrad.engine.spec import load_config_file
 
 

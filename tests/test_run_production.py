@@ -19,10 +19,10 @@ from click.testing import CliRunner
 
 from adgrad.cli.main import cli
 from adgrad.engine.errors import JobError
-from adgrad.engine.h5.direct import DirectWriter, aligned_empty
+from adgrad.engine.store.direct import DirectWriter, aligned_empty
 from adgrad.engine.numeric.exactsum import ExactSum
-from adgrad.engine.runtime.job import Interrupted
-from adgrad.engine.runtime.job import run as run_job
+from adgrad.engine.job.run import Interrupted
+from adgrad.engine.job.run import run as run_job
 from adgrad.engine.spec import load_config_file
 
 ADGRAD = [sys.executable, "-c", "from adgrad.cli.main import cli; cli()"]   # `adgrad`, whatever the PATH

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from adgrad.cli.main import cli
-from adgrad.engine.runtime.sample import BLOCK
+from adgrad.engine.tools.sample import BLOCK
 
 MODEL = """\
 adgrad: 1

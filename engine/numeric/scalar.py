@@ -1,7 +1,7 @@
 """Helpers the generated kernels call; numba inlines them. The scalar ones match numpy's semantics
 (NaN propagation included) for one float64."""
 import numpy as np
-from numba import njit, types
+from numba import njit, prange, types
 from numba.extending import intrinsic
 
 
@@ -34,16 +34,46 @@ def maximum(a, b):
 
 
 EXPONENT = 0x7FF0000000000000      # a float64 whose exponent bits are all ones is an infinity or a NaN
+EXPONENT32 = 0x7F800000            # the same for a float32
+
+
+@njit(inline="always")
+def _all_ones(bits, mask):
+    """Whether any of `bits` has every bit of `mask` set: an integer max reduction over the
+    exponent bits, which vectorizes (a float test with an early exit does not)."""
+    top = 0
+    for b in bits:
+        top = max(top, b & mask)
+    return top == mask
 
 
 @njit(inline="always")
 def nonfinite(row):
-    """Whether a contiguous float64 row holds a NaN or an infinity: an integer max reduction over
-    the exponent bits, which vectorizes (a float test with an early exit does not)."""
-    top = 0
-    for b in row.view(np.int64):
-        top = max(top, b & EXPONENT)
-    return top == EXPONENT
+    """Whether a contiguous float64 row holds a NaN or an infinity."""
+    return _all_ones(row.view(np.int64), EXPONENT)
+
+
+@njit(inline="always")
+def nonfinite32(row):
+    """Whether a contiguous float32 row holds a NaN or an infinity."""
+    return _all_ones(row.view(np.int32), EXPONENT32)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def narrow(wide, narrow, bad):
+    """narrow[i] = wide[i] rounded to float32, and bad[i] |= that row holds a NaN or an infinity (a
+    float32 overflow becomes inf): one pass while the row is in cache."""
+    for i in prange(wide.shape[0]):
+        for j in range(wide.shape[1]):
+            narrow[i, j] = wide[i, j]
+        if nonfinite32(narrow[i]):
+            bad[i] = True
+
+
+def nonfinite_row(row):
+    """The same test from Python, for one row of any float dtype and shape."""
+    row = np.ascontiguousarray(row).reshape(-1)
+    return bool(nonfinite32(row) if row.dtype == np.float32 else nonfinite(row.astype(np.float64, copy=False)))
 
 
 @intrinsic

@@ -1,6 +1,6 @@
-"""HDF5 in and out: a checked chunk reader for the point cloud and the crash-safe output file.
+"""The crash-safe output file of a run.
 
-Both keep h5py's conventions: the first axis of every dataset is the point axis, datasets are
+It keeps h5py's conventions: the first axis of every dataset is the point axis, datasets are
 chunked along it, and the output's root attributes say how the file was made.
 
 The output file is laid out completely before the first chunk is computed: every dataset is created
@@ -20,9 +20,6 @@ simply written again, with the same bits, on resume. Chunks finish in order, so 
 are always the first `done` ones."""
 from __future__ import annotations
 
-import hashlib
-import os
-
 import h5py
 import numpy as np
 
@@ -30,78 +27,7 @@ from ..errors import DataError
 from ..numeric.exactsum import STATE, ExactSum
 from .atomic import atomic_h5
 from .direct import ALIGN, FILE_OPTIONS, DirectWriter
-from .mapped import MappedRows
-
-FINGERPRINT_BYTES = 1 << 20     # hashed from each end of the input file
-
-
-class InputReader:
-    """The model's inputs in an HDF5 file, checked for presence, shape and point count up front."""
-
-    def __init__(self, path, datasets: dict, shapes: dict):
-        self.path, self.mapped = path, None
-        try:
-            self.file = h5py.File(path, "r")
-        except (OSError, FileNotFoundError) as exc:
-            raise DataError(f"{path}: cannot open input file ({_reason(exc)})") from None
-        self.datasets, self.points = {}, None
-        for name, dname in datasets.items():
-            if dname not in self.file:
-                have = ", ".join(sorted(self.file.keys())) or "nothing"
-                self.close()
-                raise DataError(f"{path}: dataset '{dname}' (input '{name}') not found; the file has: {have}")
-            ds = self.file[dname]
-            if not isinstance(ds, h5py.Dataset) or ds.shape[1:] != tuple(shapes[name]) or ds.ndim < 1:
-                self.close()
-                raise DataError(f"{path}: dataset '{dname}' has shape {getattr(ds, 'shape', None)}, but input "
-                                f"'{name}' of shape {tuple(shapes[name])} needs (M, {', '.join(map(str, shapes[name]))})"
-                                .replace(", )", ")"))
-            if self.points is None:
-                self.points = ds.shape[0]
-            elif ds.shape[0] != self.points:
-                self.close()
-                raise DataError(f"{path}: dataset '{dname}' has {ds.shape[0]} points, but the other inputs have "
-                                f"{self.points}; every input needs the same number of points")
-            self.datasets[name] = ds
-        if self.points is None:
-            self.points = 0
-        self.mapped = MappedRows(path, self.datasets)
-
-    def read(self, start, stop):
-        """Rows [start, stop) of every input as new float64 arrays."""
-        return {n: np.asarray(ds[start:stop], dtype=np.float64) for n, ds in self.datasets.items()}
-
-    def rows(self, start, stop, buffers: dict):
-        """Rows [start, stop) of every input as [(lo, hi, {name: rows lo..hi})], lo and hi counted
-        from start: pieces mapped from the file where it allows (engine/h5/mapped.py), else one
-        piece read into the first stop - start rows of the float64 `buffers`."""
-        if self.mapped.usable and (pieces := self.mapped.pieces(start, stop)) is not None:
-            return pieces
-        n = stop - start
-        for name, ds in self.datasets.items():
-            if n:
-                ds.read_direct(buffers[name], np.s_[start:stop], np.s_[0:n])
-        return [(0, n, {name: buf[:n] for name, buf in buffers.items()})]
-
-    def close(self):
-        if self.mapped is not None:
-            self.mapped.close()
-        self.file.close()
-
-
-def input_identity(path) -> dict:
-    """Size, mtime and a hash of both ends of the input file: what --resume compares to detect a change."""
-    st = os.stat(path)
-    h = hashlib.sha256(str(st.st_size).encode())
-    with open(path, "rb") as f:
-        h.update(f.read(FINGERPRINT_BYTES))
-        f.seek(max(0, st.st_size - FINGERPRINT_BYTES))
-        h.update(f.read(FINGERPRINT_BYTES))
-    return {"input_size": st.st_size, "input_mtime_ns": st.st_mtime_ns, "input_fingerprint": h.hexdigest()}
-
-
-def _reason(exc):
-    return getattr(exc, "strerror", None) or str(exc).split("(")[0].strip() or type(exc).__name__
+from .input import reason
 
 
 def _early():
@@ -167,7 +93,7 @@ class OutputFile:
         try:   # no chunk cache: whole HDF5 chunks go straight from our buffers to the file, one copy less
             file = h5py.File(path, "r+", rdcc_nbytes=0)
         except OSError as exc:
-            raise DataError(f"{path}: cannot open the output file for writing ({_reason(exc)})") from None
+            raise DataError(f"{path}: cannot open the output file for writing ({reason(exc)})") from None
         try:
             if "_adgrad/commit" not in file:
                 raise DataError(f"{path}: not an adgrad output file that can be resumed (no /_adgrad/commit)")
@@ -180,22 +106,21 @@ class OutputFile:
     def attrs(self):
         return self.file.attrs
 
-    def write(self, start, stop, buffers: dict) -> list:
-        """Rows [start, stop) of the file from the first stop - start rows of `buffers`, which stay
-        untouched until the commit that waits for the returned writes still in flight."""
-        n, flying = stop - start, []
+    def write(self, slot, start, stop):
+        """Rows [start, stop) of the file from the first stop - start rows of the slot's outputs,
+        which stay untouched until the commit of this slot (O_DIRECT writes may be in flight)."""
+        n, slot.writes = stop - start, []
         for name, ds in self.per_point.items():
-            if n and (f := self.direct.write(name, start, stop, buffers[name])) is not None:
-                flying.append(f)
+            if n and (f := self.direct.write(name, start, stop, slot.outputs[name])) is not None:
+                slot.writes.append(f)
             elif n:
-                ds.write_direct(buffers[name], np.s_[0:n], np.s_[start:stop])
-        return flying
+                ds.write_direct(slot.outputs[name], np.s_[0:n], np.s_[start:stop])
 
-    def commit(self, done: int, nan_points: int, sums: dict, writes=None):
-        """Record `done` finished chunks with their counts and exact sums, once `writes` (what `write`
-        returned for the last of them; default: every write so far) are on the device. Writes reach
-        the file in order, so those of earlier chunks are there too."""
-        self.direct.wait(writes)                    # the rows first
+    def commit(self, done: int, nan_points: int, sums: dict, slot=None):
+        """Record `done` finished chunks with their counts and exact sums, once the rows of `slot`
+        (the last of them; default: every write so far) are on the device. Writes reach the file in
+        order, so those of earlier chunks are there too."""
+        self.direct.wait(None if slot is None else slot.writes)     # the rows first
         self.file.flush()
         slot = 1 - self._slot
         self.file["_adgrad/slot_nan"][slot] = nan_points

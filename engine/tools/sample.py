@@ -12,14 +12,14 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from importlib.metadata import version
 
 import numpy as np
 
 from ..errors import DataError, SpecError
-from ..h5.atomic import atomic_h5
+from ..store.atomic import atomic_h5
 from ..model import build
 from ..spec import Config, Model
+from ..version import __version__
 
 BLOCK = 4096                    # rows per generator block: part of the definition of the values
 DEFAULT_RANGE = (0.0, 1.0)
@@ -111,7 +111,7 @@ def write(path, cols, points: int, seed: int = 0, chunk: int = 65536, overwrite=
     if os.path.exists(path) and not overwrite:
         raise DataError(f"{path}: output file exists; pass --overwrite to replace it")
     attrs = {
-        "adgrad_version": version("adgrad"),
+        "adgrad_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "points": points, "seed": seed, "sample_block": BLOCK,
         "sample": json.dumps({c.dataset: [c.low, c.high] for c in cols}),

@@ -2,7 +2,7 @@
 
 Every check that can fail on user input (spec, params, input datasets, output path, a --resume that
 does not fit the file) runs before the output file is created or changed, so a bad config never
-leaves a file behind. The chunks themselves stream through runtime/pipeline.py."""
+leaves a file behind. The chunks themselves stream through job/pipeline.py."""
 from __future__ import annotations
 
 import datetime
@@ -16,16 +16,16 @@ import h5py
 import numba
 import numpy as np
 
-from ..api import compile_model
+from ..compile import compile_model
 from ..errors import DataError, JobError
-from ..h5.io import InputReader, OutputFile, input_identity
+from ..store.input import InputReader, input_identity
+from ..store.output import OutputFile
 from ..model import build
 from ..spec import Config
+from ..version import __version__
 from . import shard as shards
 from .pipeline import Plan, stream
 from .signals import stop_on_signals
-
-VERSION = "0.1.0"
 
 # root attributes that must match for --resume, and what a mismatch means
 RESUME_KEYS = {
@@ -173,7 +173,7 @@ def _provenance(config, model, kernel, m, part, rows, threads):
         value = np.ascontiguousarray(model.param_values[name], dtype=np.float64)
         params.update(f"{name}{value.shape}".encode() + value.tobytes())
     attrs = {
-        "adgrad_version": VERSION, "model_yaml": config.model.text, "config_yaml": config.text,
+        "adgrad_version": __version__, "model_yaml": config.model.text, "config_yaml": config.text,
         "model_sha256": _sha(config.model.text.encode()), "config_sha256": _sha(config.text.encode()),
         "params_sha256": params.hexdigest(), "kernel_sha256": _sha(kernel.source.encode()),
         "input_path": os.path.abspath(config.input_path), "input_points": m, **input_identity(config.input_path),

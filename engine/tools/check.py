@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .api import compile_model
+from ..compile import compile_model, default_requests
+from ..store.input import InputReader
+from . import sample
 
 AD_TOL = 1e-9       # modes against each other (relative to the derivative's magnitude)
 FD_TOL = 1e-5       # against central differences with step 1e-6 * max(1, |x|)
@@ -26,16 +28,24 @@ def requested(model, config_derivatives=None):
     """(of, wrt) pairs: the config's, else every output against every input (first order)."""
     if config_derivatives:
         return [(d.of, tuple(d.wrt)) for d in config_derivatives]
-    return [(o, (i,)) for o in model.spec.outputs for i in model.spec.inputs]
+    return default_requests(model)
 
 
 def sample_points(model, k, seed=0):
-    rng = np.random.default_rng(seed)
-    pts = {}
-    for name, decl in model.spec.inputs.items():
-        lo, hi = decl.sample or (0.0, 1.0)
-        pts[name] = rng.uniform(lo, hi, size=(k,) + decl.shape)
-    return pts
+    """k points of every input, drawn as `adgrad sample` draws them."""
+    return sample.Sampler(sample.columns(model.spec), seed).rows(0, k)
+
+
+def points(model, config, k, seed=0):
+    """The first k points of the config's input file, or k sampled points without one."""
+    if config is None or config.input_path is None:
+        return sample_points(model, k, seed)
+    shapes = {n: d.shape for n, d in model.spec.inputs.items()}
+    reader = InputReader(config.input_path, {n: config.datasets[n] for n in shapes}, shapes)
+    try:
+        return reader.read(0, min(k, reader.points))
+    finally:
+        reader.close()
 
 
 def _compare(name, a_name, a, b_name, b, tol):

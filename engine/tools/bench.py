@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from ..api import compile_model
+from ..compile import compile_model, default_requests
 from ..errors import JobError
 from ..model import LoadedModel
 from ..spec import DerivativeRequest
@@ -106,14 +106,14 @@ def requests(model: LoadedModel, config):
     gradient with respect to every input."""
     if config is not None:
         return config.derivatives, config.mode, list(config.values)
-    return [(o, i) for o in model.spec.outputs for i in model.spec.inputs], "auto", None
+    return default_requests(model), "auto", None
 
 
 COMPILE = """\
 import sys, time
 from adgrad.engine import compile_model
 from adgrad.engine.model import build
-from adgrad.engine.runtime.bench import requests
+from adgrad.engine.tools.bench import requests
 from adgrad.engine.spec import load_config_file, load_model_file
 if sys.argv[2] == "config":
     config = load_config_file(sys.argv[1])

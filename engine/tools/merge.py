@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..numeric.exactsum import ExactSum
-from .atomic import atomic_h5
+from ..store.atomic import atomic_h5
 
 EXACT = "_adgrad/exact"
 SHARD_ATTRS = ("shard", "row_start", "row_stop", "input_points")

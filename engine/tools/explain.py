@@ -1,0 +1,35 @@
+"""`adgrad explain`: how adgrad compiles a model, as text: shapes, the mode per derivative and why,
+the workspace, the IR after optimization and the generated kernel source."""
+from __future__ import annotations
+
+from ..compile import compile_model, default_requests
+from ..ir.printer import format_graph, shape_str
+
+PARTS = ("shapes", "cost", "ir", "source")
+
+
+def explain(model, config=None, parts=PARTS, mode=None) -> str:
+    """The parts asked for, of what `config` (or, for a model file alone, every output's gradient
+    with respect to every input) compiles to; `mode` overrides the config's (default auto)."""
+    derivs = config.derivatives if config else [(o, w) for o, (w,) in default_requests(model)]
+    mode = mode or (config.mode if config else "auto")
+    kernel = compile_model(model, derivs, mode=mode, values=list(config.values) if config else None)
+    g, lines = model.graph, []
+    if "shapes" in parts:
+        lines.append(f"model {model.name}: {model.spec.path}")
+        for kind, vs in (("input ", g.inputs), ("param ", g.params), ("output", g.outputs)):
+            lines += [f"  {kind} {n}: {shape_str(v)}" for n, v in vs.items()]
+    if "cost" in parts:
+        lines.append("derivatives:")
+        for d in kernel.derivatives:
+            c = d.choice
+            lines.append(f"  {d.name}: {d.mode} ({c.reason}; estimated work forward {c.forward_cost}, "
+                         f"reverse {c.reverse_cost})")
+        lines.append(f"workspace: {kernel.workspace_size} floats per thread")
+        lines.append("kernel: " + ("straight-line scalar code (small tensors scalarized)" if kernel.scalarized
+                                   else "loop nests over the tensor axes"))
+    if "ir" in parts:
+        lines += ["", "# IR (values and derivatives, after optimization)", format_graph(kernel.graph)]
+    if "source" in parts:
+        lines += ["", "# generated kernel", kernel.source]
+    return "\n".join(lines)
