@@ -181,6 +181,18 @@ def test_resume_in_process_after_stop(job, tmp_path, signum):
     assert_same_file(out, ref)
 
 
+def test_resume_with_two_chunks_left(tmp_path):
+    """Stopped at once, a run of 4 chunks keeps the 2 already started; the resume computes the last
+    2 (fewer than the 3 slots, from chunk 2 on) and equals a run that was never stopped."""
+    cfg = make_job(tmp_path, chunk=10, m=40)
+    out = tmp_path / "out.h5"
+    assert "after 2 of 4 chunks" in interrupt_after(cfg, out, 0)
+    summary = run_job(load_config_file(str(cfg)), output=str(out), resume=True)
+    assert summary.computed == 20
+    run_job(load_config_file(str(cfg)), output=str(tmp_path / "ref.h5"))
+    assert_same_file(out, tmp_path / "ref.h5")
+
+
 @pytest.fixture
 def stopped(tmp_path):
     """A job stopped after 30 of its 60 chunks: (config, output)."""
