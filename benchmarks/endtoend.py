@@ -148,9 +148,9 @@ def main():
         compute_only(kernel, x, args.chunk, outs, threads)
         times = {"compute only": [], "I/O only": [], "adgrad run": []}
         for _ in range(args.repeats):
-            os.remove(config.output_path)               # each run writes a new file, as a user's would
+            os.remove(config.output.path)               # each run writes a new file, as a user's would
             times["I/O only"].append(timed(io_only, config, threads)[:2])
-            os.remove(config.output_path)
+            os.remove(config.output.path)
             *run_times, summary = timed(run_job, config, threads=threads)
             times["adgrad run"].append(run_times)
             times["compute only"].append(timed(compute_only, kernel, x, args.chunk, outs, threads)[:2])

@@ -17,7 +17,7 @@ from .common import load_model_or_config, reports_errors
 def check(model_or_config, k, seed):
     """Check derivatives: forward, reverse and manual against each other and central differences."""
     model, config = load_model_or_config(model_or_config)
-    pairs = oracle.requested(model, config.derivatives if config else None)
+    pairs = oracle.requested(model, config.compute.derivatives if config else None)
     points = oracle.points(model, config, k, seed)
     rows = oracle.check(model, pairs, points)
     click.echo(oracle.format_rows(rows))

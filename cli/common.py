@@ -45,5 +45,5 @@ def load_model_or_config(path):
     """(model, config or None) for a model file or a run config."""
     if is_config(path):
         config = load_config_file(path)
-        return build(config.model).with_params(config.param_overrides), config
+        return build(config.model).with_params(config.params), config
     return build(load_model_file(path)), None

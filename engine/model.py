@@ -10,7 +10,7 @@ from .errors import SpecError
 from .ir.core import Builder, Graph, Var
 from .ir.interp import interpret
 from .ir.lower import Lowerer
-from .spec import Expr, H5Ref, Model, ParamDecl
+from .spec import Expr, H5Ref, Model, ParamDecl, derivative_name
 
 
 @dataclass
@@ -59,9 +59,13 @@ def param_value(decl: ParamDecl, earlier: dict) -> np.ndarray:
             with h5py.File(v.file, "r") as f:
                 if v.dataset not in f:
                     raise decl.loc.error(f"params.{decl.name}: dataset '{v.dataset}' not found in {v.file}")
-                return np.asarray(f[v.dataset][()], dtype=float)
+                arr = np.asarray(f[v.dataset][()], dtype=float)
         except OSError as exc:
             raise decl.loc.error(f"params.{decl.name}: cannot open {v.file}: {exc}") from None
+        if v.shape is not None and arr.shape != v.shape:
+            raise decl.loc.error(f"params.{decl.name}: dataset '{v.dataset}' in {v.file} has shape {arr.shape}, "
+                                 f"but the param declares shape {list(v.shape)}")
+        return arr
     try:
         arr = np.asarray(v, dtype=float)
     except ValueError:
@@ -105,7 +109,7 @@ def build(spec: Model) -> LoadedModel:
 def _split_derivative_name(expr, name, spec):
     for of in spec.outputs:
         for wrt in list(spec.inputs) + list(spec.params):
-            if name == f"d{of}_d{wrt}":
+            if name == derivative_name(of, (wrt,)):
                 return of, wrt
     raise SpecError(f"derivatives: '{name}' must be named d<output>_d<input or param>, "
                     f"e.g. d{next(iter(spec.outputs))}_d{next(iter(spec.inputs), 'x')}",

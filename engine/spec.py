@@ -5,6 +5,7 @@ expression, a shape mismatch) can point at the file, line and column of the expr
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 
@@ -57,6 +58,7 @@ class ParamDecl:
 class H5Ref:
     file: str                   # absolute path
     dataset: str
+    shape: tuple | None = None  # declared beside them: checked against the dataset
 
 
 @dataclass(frozen=True)
@@ -83,21 +85,80 @@ class Model:
     derivatives: dict           # "d{of}_d{wrt}" -> Expr (hand-written, used by mode: manual)
 
 
+def derivative_name(of, wrt, kind=""):
+    """The result's name: d{of}_d{wrt} or d2{of}_d{w1}_d{w2}, then _sum, _jvp or _vjp for a kind."""
+    base = f"d{of}_d{wrt[0]}" if len(wrt) == 1 else f"d2{of}_d{wrt[0]}_d{wrt[1]}"
+    return base + (f"_{kind}" if kind else "")
+
+
 @dataclass(frozen=True)
 class DerivativeRequest:
+    """One derivative a run asks for: of an output, with respect to one name (or two: second order),
+    per point, summed over points (reduce: sum), or as a product with a per-point direction (a jvp)
+    or cotangent (a vjp) read from the input file."""
     of: str
     wrt: tuple                  # one name (first order) or two (second order)
     reduce: str | None = None
     direction: str | None = None
     cotangent: str | None = None
-    mode: str | None = None
+    mode: str | None = None     # None: the config's (or the API call's) mode
     loc: Loc | None = None
+
+    def __post_init__(self):
+        where = (self.loc.path, self.loc.line, self.loc.col) if self.loc else (None, None, None)
+        if sum(bool(x) for x in (self.reduce, self.direction, self.cotangent)) > 1:
+            raise SpecError("compute.derivatives: reduce, direction and cotangent exclude each other", *where)
+        if self.kind in ("jvp", "vjp") and len(self.wrt) != 1:
+            raise SpecError(f"compute.derivatives: a {self.kind} is of a first derivative (one wrt name)", *where)
+
+    @property
+    def kind(self):
+        """"" per point, "sum" summed over points, "jvp" or "vjp" a product with `vector`."""
+        return "sum" if self.reduce else "jvp" if self.direction else "vjp" if self.cotangent else ""
+
+    @property
+    def vector(self):
+        """The input holding a jvp's direction or a vjp's cotangent, else None."""
+        return self.direction or self.cotangent
 
     @property
     def name(self):
-        base = f"d{self.of}_d{self.wrt[0]}" if len(self.wrt) == 1 else f"d2{self.of}_d{self.wrt[0]}_d{self.wrt[1]}"
-        suffix = "_sum" if self.reduce else "_jvp" if self.direction else "_vjp" if self.cotangent else ""
-        return base + suffix
+        return derivative_name(self.of, self.wrt, self.kind)
+
+
+def as_request(req, mode=None) -> DerivativeRequest:
+    """A DerivativeRequest, or a pair (of, wrt) with wrt a name or a list of two names, as a
+    DerivativeRequest whose mode is its own or else `mode`."""
+    if not isinstance(req, DerivativeRequest):
+        of, wrt = req
+        req = DerivativeRequest(of, (wrt,) if isinstance(wrt, str) else tuple(wrt))
+    return req if req.mode or mode is None else dataclasses.replace(req, mode=mode)
+
+
+@dataclass(frozen=True)
+class InputSection:
+    path: str | None = None     # absolute
+    datasets: dict = field(default_factory=dict)    # model input -> dataset name (its own by default)
+
+
+@dataclass(frozen=True)
+class OutputSection:
+    path: str | None = None     # absolute
+    dtype: str = "float64"
+    compression: str = "none"
+
+
+@dataclass(frozen=True)
+class ComputeSection:
+    values: tuple = ()          # output names (the loader's default: every output)
+    derivatives: tuple = ()     # DerivativeRequest
+
+
+@dataclass(frozen=True)
+class EngineSection:
+    threads: int = 0            # 0 = all cores
+    chunk: int = 65536
+    nan: str = "propagate"
 
 
 @dataclass(frozen=True)
@@ -105,18 +166,12 @@ class Config:
     path: str
     text: str
     model: Model
-    param_overrides: dict       # name -> ParamDecl
-    input_path: str | None
-    datasets: dict              # model input -> dataset name
-    output_path: str | None
-    dtype: str
-    compression: str
-    values: tuple
-    derivatives: tuple          # DerivativeRequest
+    params: dict                # name -> ParamDecl: overrides of the model's params
+    input: InputSection
+    output: OutputSection
     mode: str
-    threads: int
-    chunk: int
-    nan: str
+    compute: ComputeSection
+    engine: EngineSection
     loc: dict = field(default_factory=dict)   # section name -> Loc, for data errors
 
 
@@ -209,9 +264,10 @@ def _param(doc, name, node, base_dir):
     where = f"params.{name}"
     loc = doc.loc(node)
     if isinstance(node, yaml.MappingNode):
-        entries = doc.mapping(node, where, allowed=("file", "dataset"), required=("file", "dataset"))
-        file = str(doc.value(entries["file"]))
-        return ParamDecl(name, H5Ref(os.path.normpath(os.path.join(base_dir, file)), str(doc.value(entries["dataset"]))), loc)
+        entries = doc.mapping(node, where, allowed=("file", "dataset", "shape"), required=("file", "dataset"))
+        file = os.path.normpath(os.path.join(base_dir, str(doc.value(entries["file"]))))
+        shape = doc.shape(entries["shape"], f"{where}.shape") if "shape" in entries else None
+        return ParamDecl(name, H5Ref(file, str(doc.value(entries["dataset"])), shape), loc)
     if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":str"):
         return ParamDecl(name, doc.expr(node, where), loc)
     val = doc.value(node)
@@ -229,172 +285,232 @@ def _is_name(s):
     return s.isidentifier()
 
 
-def _model_from_doc(doc, input_shapes=None):
-    allowed = ("adgrad", "name", "description", "inputs", "params", "functions", "let", "outputs", "derivatives")
-    top = doc.mapping(doc.root, "model", allowed=allowed, required=("inputs", "outputs"))
-    _check_version(doc, top, "model")
-    base_dir = os.path.dirname(os.path.abspath(doc.path))
-    seen = {}
+EMPTY = yaml.MappingNode("tag:yaml.org,2002:map", [])
 
-    def declare(name, node, kind):
+
+# ---- the model file: one function per section -------------------------------------------------------
+class _Names:
+    """The names a model declares (inputs, params, functions, lets): valid and defined once."""
+
+    def __init__(self, doc):
+        self.doc, self.seen = doc, {}
+
+    def declare(self, name, node, kind):
         if not _is_name(name):
-            raise doc.error(node, f"{kind} name '{name}' is not a valid identifier")
-        if name in seen:
-            raise doc.error(node, f"{kind} '{name}' is already defined as {seen[name]}")
-        seen[name] = kind
+            raise self.doc.error(node, f"{kind} name '{name}' is not a valid identifier")
+        if name in self.seen:
+            raise self.doc.error(node, f"{kind} '{name}' is already defined as {self.seen[name]}")
+        self.seen[name] = kind
 
+
+def _inputs(doc, node, names, input_shapes):
     inputs = {}
-    for name, node in doc.mapping(top["inputs"], "inputs").items():
-        declare(name, node, "input")
-        if isinstance(node, yaml.MappingNode):
-            e = doc.mapping(node, f"inputs.{name}", allowed=("shape", "sample"))
-        else:
-            e = {"shape": node}
+    for name, node in doc.mapping(node, "inputs").items():
+        names.declare(name, node, "input")
+        e = doc.mapping(node, f"inputs.{name}", allowed=("shape", "sample")) if isinstance(node, yaml.MappingNode) \
+            else {"shape": node}
         shape = doc.shape(e["shape"], f"inputs.{name}.shape") if "shape" in e else ()
         if input_shapes and name in input_shapes:
             shape = tuple(input_shapes[name])
         sample = None
         if "sample" in e:
-            s = doc.mapping(e["sample"], f"inputs.{name}.sample", allowed=("low", "high"), required=("low", "high"))
-            sample = (float(doc.value(s["low"])), float(doc.value(s["high"])))
+            r = doc.mapping(e["sample"], f"inputs.{name}.sample", allowed=("low", "high"), required=("low", "high"))
+            sample = (float(doc.value(r["low"])), float(doc.value(r["high"])))
         inputs[name] = InputDecl(name, shape, sample, doc.loc(node))
+    return inputs
+
+
+def _params(doc, node, names, base_dir):
     params = {}
-    for name, node in doc.mapping(top.get("params") or yaml.MappingNode("tag:yaml.org,2002:map", []), "params").items():
-        declare(name, node, "param")
+    for name, node in doc.mapping(node or EMPTY, "params").items():
+        names.declare(name, node, "param")
         params[name] = _param(doc, name, node, base_dir)
+    return params
+
+
+def _function(doc, name, node):
+    where = f"functions.{name}"
+    e = doc.mapping(node, where, allowed=("args", "expr", "derivative"), required=("args", "expr"))
+    if isinstance(e["args"], yaml.MappingNode):
+        amap = doc.mapping(e["args"], f"{where}.args")
+        args = tuple(amap)
+        shapes = tuple(doc.shape(n, f"{where}.args.{a}") for a, n in amap.items())
+    else:
+        args = doc.name_list(e["args"], f"{where}.args")
+        shapes = (None,) * len(args)
+    for a in args:
+        if not _is_name(a):
+            raise doc.error(e["args"], f"{where}.args: '{a}' is not a valid identifier")
+    deriv = None
+    if "derivative" in e:
+        dnode = e["derivative"]
+        items = dnode.value if isinstance(dnode, yaml.SequenceNode) else [dnode]
+        deriv = tuple(doc.expr(n, f"{where}.derivative[{i}]") for i, n in enumerate(items))
+        if len(deriv) != len(args):
+            raise doc.error(dnode, f"{where}.derivative: give one expression per argument "
+                                   f"({len(args)}), got {len(deriv)}")
+    return FunctionDecl(name, args, shapes, doc.expr(e["expr"], f"{where}.expr"), deriv, doc.loc(node))
+
+
+def _functions(doc, node, names):
     functions = {}
-    if "functions" in top:
-        for name, node in doc.mapping(top["functions"], "functions").items():
-            declare(name, node, "function")
-            where = f"functions.{name}"
-            e = doc.mapping(node, where, allowed=("args", "expr", "derivative"), required=("args", "expr"))
-            if isinstance(e["args"], yaml.MappingNode):
-                amap = doc.mapping(e["args"], f"{where}.args")
-                args = tuple(amap)
-                shapes = tuple(doc.shape(n, f"{where}.args.{a}") for a, n in amap.items())
-            else:
-                args = doc.name_list(e["args"], f"{where}.args")
-                shapes = (None,) * len(args)
-            for a in args:
-                if not _is_name(a):
-                    raise doc.error(e["args"], f"{where}.args: '{a}' is not a valid identifier")
-            deriv = None
-            if "derivative" in e:
-                dnode = e["derivative"]
-                items = dnode.value if isinstance(dnode, yaml.SequenceNode) else [dnode]
-                deriv = tuple(doc.expr(n, f"{where}.derivative[{i}]") for i, n in enumerate(items))
-                if len(deriv) != len(args):
-                    raise doc.error(dnode, f"{where}.derivative: give one expression per argument "
-                                           f"({len(args)}), got {len(deriv)}")
-            functions[name] = FunctionDecl(name, args, shapes, doc.expr(e["expr"], f"{where}.expr"), deriv, doc.loc(node))
+    for name, node in doc.mapping(node or EMPTY, "functions").items():
+        names.declare(name, node, "function")
+        functions[name] = _function(doc, name, node)
+    return functions
+
+
+def _lets(doc, node, names):
     lets = {}
-    if "let" in top:
-        for name, node in doc.mapping(top["let"], "let").items():
-            declare(name, node, "let")
-            lets[name] = doc.expr(node, f"let.{name}")
+    for name, node in doc.mapping(node or EMPTY, "let").items():
+        names.declare(name, node, "let")
+        lets[name] = doc.expr(node, f"let.{name}")
+    return lets
+
+
+def _outputs(doc, node):
     outputs = {}
-    for name, node in doc.mapping(top["outputs"], "outputs").items():
+    for name, n in doc.mapping(node, "outputs").items():
         if not _is_name(name):
-            raise doc.error(node, f"output name '{name}' is not a valid identifier")
-        outputs[name] = doc.expr(node, f"outputs.{name}")
+            raise doc.error(n, f"output name '{name}' is not a valid identifier")
+        outputs[name] = doc.expr(n, f"outputs.{name}")
     if not outputs:
-        raise doc.error(top["outputs"], "outputs: the model has no outputs")
-    derivatives = {}
-    if "derivatives" in top:
-        for name, node in doc.mapping(top["derivatives"], "derivatives").items():
-            derivatives[name] = doc.expr(node, f"derivatives.{name}")
-    get = lambda k, d: str(doc.value(top[k])) if k in top else d
+        raise doc.error(node, "outputs: the model has no outputs")
+    return outputs
+
+
+def _derivatives(doc, node):
+    return {name: doc.expr(n, f"derivatives.{name}") for name, n in doc.mapping(node or EMPTY, "derivatives").items()}
+
+
+def _model_from_doc(doc, input_shapes=None):
+    allowed = ("adgrad", "name", "description", "inputs", "params", "functions", "let", "outputs", "derivatives")
+    top = doc.mapping(doc.root, "model", allowed=allowed, required=("inputs", "outputs"))
+    _check_version(doc, top, "model")
+    base_dir = os.path.dirname(os.path.abspath(doc.path))
+    names = _Names(doc)
+    get = lambda k, d: str(doc.value(top[k])) if k in top else d   # noqa: E731
     return Model(get("name", os.path.splitext(os.path.basename(doc.path))[0]), get("description", ""),
-                 doc.path, doc.text, inputs, params, functions, lets, outputs, derivatives)
+                 doc.path, doc.text,
+                 inputs=_inputs(doc, top["inputs"], names, input_shapes),
+                 params=_params(doc, top.get("params"), names, base_dir),
+                 functions=_functions(doc, top.get("functions"), names),
+                 lets=_lets(doc, top.get("let"), names),
+                 outputs=_outputs(doc, top["outputs"]),
+                 derivatives=_derivatives(doc, top.get("derivatives")))
 
 
 def load_model_file(path, input_shapes=None):
     return _model_from_doc(_Doc(path, _read(path)), input_shapes)
 
 
+# ---- the run config: one function per section ----------------------------------------------------------
 def load_config_file(path):
     doc = _Doc(path, _read(path))
     allowed = ("adgrad", "model", "params", "input", "output", "compute", "mode", "engine")
     top = doc.mapping(doc.root, "config", allowed=allowed, required=("model",))
     _check_version(doc, top, "config")
     base_dir = os.path.dirname(os.path.abspath(path))
-    rel = lambda p: os.path.normpath(os.path.join(base_dir, str(p)))
     locs = {k: doc.loc(n) for k, n in top.items()}
+    model = _config_model(doc, top["model"], base_dir)
+    return Config(path, doc.text, model,
+                  params=_overrides(doc, top.get("params"), model, base_dir),
+                  input=_input_section(doc, top.get("input"), model, base_dir, locs),
+                  output=_output_section(doc, top.get("output"), base_dir),
+                  mode=_mode(doc, top.get("mode")),
+                  compute=_compute_section(doc, top.get("compute"), model),
+                  engine=_engine_section(doc, top.get("engine")),
+                  loc=locs)
 
-    mnode = top["model"]
-    if isinstance(mnode, yaml.MappingNode):
-        model = _model_from_doc(_ModelInline(doc, mnode))
-    else:
-        model = load_model_file(rel(doc.value(mnode)))
 
+def _relative(base_dir, p):
+    return os.path.normpath(os.path.join(base_dir, str(p)))
+
+
+def _config_model(doc, node, base_dir):
+    if isinstance(node, yaml.MappingNode):
+        return _model_from_doc(_ModelInline(doc, node))
+    return load_model_file(_relative(base_dir, doc.value(node)))
+
+
+def _overrides(doc, node, model, base_dir):
     overrides = {}
-    if "params" in top:
-        for name, node in doc.mapping(top["params"], "params").items():
-            if name not in model.params:
-                raise doc.error(node, f"params: '{name}' is not a param of model '{model.name}' "
-                                      f"(its params: {', '.join(model.params) or 'none'})")
-            overrides[name] = _param(doc, name, node, base_dir)
+    for name, n in doc.mapping(node or EMPTY, "params").items():
+        if name not in model.params:
+            raise doc.error(n, f"params: '{name}' is not a param of model '{model.name}' "
+                               f"(its params: {', '.join(model.params) or 'none'})")
+        overrides[name] = _param(doc, name, n, base_dir)
+    return overrides
 
-    input_path, datasets = None, {n: n for n in model.inputs}
-    if "input" in top:
-        e = doc.mapping(top["input"], "input", allowed=("path", "datasets"), required=("path",))
-        input_path = rel(doc.value(e["path"]))
-        locs["input.path"] = doc.loc(e["path"])
-        if "datasets" in e:
-            for name, node in doc.mapping(e["datasets"], "input.datasets").items():
-                if name not in model.inputs:
-                    raise doc.error(node, f"input.datasets: '{name}' is not an input of model '{model.name}'")
-                datasets[name] = str(doc.value(node))
-                locs[f"input.datasets.{name}"] = doc.loc(node)
 
-    output_path, dtype, compression = None, "float64", "none"
-    if "output" in top:
-        e = doc.mapping(top["output"], "output", allowed=("path", "dtype", "compression"))
-        if "path" in e:
-            output_path = rel(doc.value(e["path"]))
-        dtype = str(doc.value(e["dtype"])) if "dtype" in e else dtype
-        if dtype not in ("float64", "float32"):
-            raise doc.error(e["dtype"], f"output.dtype: '{dtype}' is not float64 or float32")
-        compression = str(doc.value(e["compression"])) if "compression" in e else compression
-        if compression not in ("none", "gzip", "lzf"):
-            raise doc.error(e["compression"], f"output.compression: '{compression}' is not none, gzip or lzf")
+def _input_section(doc, node, model, base_dir, locs):
+    datasets = {n: n for n in model.inputs}
+    if node is None:
+        return InputSection(None, datasets)
+    e = doc.mapping(node, "input", allowed=("path", "datasets"), required=("path",))
+    locs["input.path"] = doc.loc(e["path"])
+    for name, n in doc.mapping(e.get("datasets", EMPTY), "input.datasets").items():
+        if name not in model.inputs:
+            raise doc.error(n, f"input.datasets: '{name}' is not an input of model '{model.name}'")
+        datasets[name] = str(doc.value(n))
+        locs[f"input.datasets.{name}"] = doc.loc(n)
+    return InputSection(_relative(base_dir, doc.value(e["path"])), datasets)
 
-    mode = str(doc.value(top["mode"])) if "mode" in top else "auto"
+
+def _output_section(doc, node, base_dir):
+    if node is None:
+        return OutputSection()
+    e, default = doc.mapping(node, "output", allowed=("path", "dtype", "compression")), OutputSection()
+    path = _relative(base_dir, doc.value(e["path"])) if "path" in e else default.path
+    dtype = str(doc.value(e["dtype"])) if "dtype" in e else default.dtype
+    if dtype not in ("float64", "float32"):
+        raise doc.error(e["dtype"], f"output.dtype: '{dtype}' is not float64 or float32")
+    compression = str(doc.value(e["compression"])) if "compression" in e else default.compression
+    if compression not in ("none", "gzip", "lzf"):
+        raise doc.error(e["compression"], f"output.compression: '{compression}' is not none, gzip or lzf")
+    return OutputSection(path, dtype, compression)
+
+
+def _mode(doc, node):
+    mode = str(doc.value(node)) if node is not None else "auto"
     if mode not in MODES:
-        raise doc.error(top["mode"], f"mode: '{mode}' is not one of {', '.join(MODES)}")
+        raise doc.error(node, f"mode: '{mode}' is not one of {', '.join(MODES)}")
+    return mode
 
+
+def _compute_section(doc, node, model):
+    if node is None:
+        return ComputeSection(tuple(model.outputs))
+    e = doc.mapping(node, "compute", allowed=("values", "derivatives"))
     values, derivs = tuple(model.outputs), ()
-    if "compute" in top:
-        e = doc.mapping(top["compute"], "compute", allowed=("values", "derivatives"))
-        if "values" in e:
-            values = doc.name_list(e["values"], "compute.values") if doc.value(e["values"]) else ()
-            for v, n in zip(values, [e["values"]] * len(values)):
-                if v not in model.outputs:
-                    raise doc.error(n, f"compute.values: '{v}' is not an output of model '{model.name}' "
-                                       f"(its outputs: {', '.join(model.outputs)})")
-        if "derivatives" in e:
-            dnode = e["derivatives"]
-            if not isinstance(dnode, yaml.SequenceNode):
-                raise doc.error(dnode, "compute.derivatives must be a list of {of, wrt} mappings")
-            derivs = tuple(_derivative_request(doc, n, i, model) for i, n in enumerate(dnode.value))
+    if "values" in e:
+        values = doc.name_list(e["values"], "compute.values") if doc.value(e["values"]) else ()
+        for v in values:
+            if v not in model.outputs:
+                raise doc.error(e["values"], f"compute.values: '{v}' is not an output of model '{model.name}' "
+                                             f"(its outputs: {', '.join(model.outputs)})")
+    if "derivatives" in e:
+        dnode = e["derivatives"]
+        if not isinstance(dnode, yaml.SequenceNode):
+            raise doc.error(dnode, "compute.derivatives must be a list of {of, wrt} mappings")
+        derivs = tuple(_derivative_request(doc, n, i, model) for i, n in enumerate(dnode.value))
+    return ComputeSection(values, derivs)
 
-    threads, chunk, nan = 0, 65536, "propagate"
-    if "engine" in top:
-        e = doc.mapping(top["engine"], "engine", allowed=("threads", "chunk", "nan"))
-        if "threads" in e:
-            threads = doc.value(e["threads"])
-            if not isinstance(threads, int) or threads < 0:
-                raise doc.error(e["threads"], "engine.threads must be a non-negative integer (0 = all cores)")
-        if "chunk" in e:
-            chunk = doc.value(e["chunk"])
-            if not isinstance(chunk, int) or chunk < 1:
-                raise doc.error(e["chunk"], "engine.chunk must be a positive integer")
-        if "nan" in e:
-            nan = str(doc.value(e["nan"]))
-            if nan not in ("propagate", "error"):
-                raise doc.error(e["nan"], "engine.nan must be 'propagate' or 'error'")
-    return Config(path, doc.text, model, overrides, input_path, datasets, output_path, dtype, compression,
-                  values, derivs, mode, threads, chunk, nan, locs)
+
+def _engine_section(doc, node):
+    if node is None:
+        return EngineSection()
+    e, default = doc.mapping(node, "engine", allowed=("threads", "chunk", "nan")), EngineSection()
+    threads = doc.value(e["threads"]) if "threads" in e else default.threads
+    if not isinstance(threads, int) or threads < 0:
+        raise doc.error(e["threads"], "engine.threads must be a non-negative integer (0 = all cores)")
+    chunk = doc.value(e["chunk"]) if "chunk" in e else default.chunk
+    if not isinstance(chunk, int) or chunk < 1:
+        raise doc.error(e["chunk"], "engine.chunk must be a positive integer")
+    nan = str(doc.value(e["nan"])) if "nan" in e else default.nan
+    if nan not in ("propagate", "error"):
+        raise doc.error(e["nan"], "engine.nan must be 'propagate' or 'error'")
+    return EngineSection(threads, chunk, nan)
 
 
 class _ModelInline(_Doc):

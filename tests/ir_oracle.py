@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from adgrad.engine.compile import _derive, compile_model
+from adgrad.engine.spec import as_request
 from adgrad.engine.ir.core import Builder, Graph
 from adgrad.engine.ir.interp import interpret
 
@@ -18,7 +19,7 @@ def derivative_graph(model, requests, mode):
     b = Builder(Graph(dict(base.inputs), dict(base.params), list(base.eqns), {}))
     outputs = dict(base.outputs)
     for of, wrt in requests:
-        d, var = _derive(b, model, of, (wrt,) if isinstance(wrt, str) else tuple(wrt), mode)
+        d, var = _derive(b, model, as_request((of, wrt), mode))
         outputs[d.name] = var
     b.graph.outputs = outputs
     return b.graph

@@ -29,8 +29,8 @@ def kernels():
     def get(name):
         if name not in cache:
             config = load_config_file(str(ROOT / CONFIGS[name]))
-            model = build(config.model).with_params(config.param_overrides)
-            cache[name] = compile_model(model, config.derivatives, mode=config.mode, values=list(config.values))
+            model = build(config.model).with_params(config.params)
+            cache[name] = compile_model(model, config.compute.derivatives, mode=config.mode, values=list(config.compute.values))
         return cache[name]
     return get
 

@@ -8,8 +8,8 @@ entry. This module imports nothing of the IR, so the core and the entries can bo
 
 Lowering, by kind:
 - elementwise: `lower` is a Python expression template over the scalar arguments ("np.exp({0})"),
-  or a function of their expressions returning one; valid inside loop nests and straight-line code; `helpers` names the functions of
-  engine/numeric/scalar.py it calls (as `__name`);
+  or a function of their expressions returning one; valid inside loop nests and straight-line code;
+  `helpers` names the functions of engine/numeric/scalar.py it calls (as `__name`);
 - reduce: `lower` is a `Reduction` (the initial value, the update statement);
 - view: `lower(offset, strides, e)` -> (offset, strides) of the result over the argument's storage,
   or None when the argument must first be copied into contiguous storage (a reshape of a strided

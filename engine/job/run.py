@@ -70,9 +70,9 @@ def now():
 
 def prepare(config: Config):
     """The model with the config's param overrides and the kernel for the requested results."""
-    model = build(config.model).with_params(config.param_overrides)
+    model = build(config.model).with_params(config.params)
     t0 = time.perf_counter()
-    kernel = compile_model(model, config.derivatives, mode=config.mode, values=list(config.values))
+    kernel = compile_model(model, config.compute.derivatives, mode=config.mode, values=list(config.compute.values))
     # the run calls the driver that also flags non-finite points: compile (or load) it now
     kernel.evaluate({n: np.empty((0,) + v.shape) for n, v in kernel.graph.inputs.items()},
                     nonfinite=np.empty(0, dtype=np.bool_))
@@ -81,7 +81,7 @@ def prepare(config: Config):
 
 def output_path(config: Config, output=None, shard=None):
     """Where the run writes: -o or output.path, with `.shard<I>of<N>` for a shard."""
-    path = output or config.output_path
+    path = output or config.output.path
     if path is None:
         raise DataError(f"{config.path}: no output path: set output.path in the config or pass -o")
     return shard.path(path) if shard else path
@@ -92,7 +92,7 @@ def run(config: Config, output=None, threads=None, chunk=None, overwrite=False, 
     """Run the job a config describes. `shard`: "I/N" (default: the SLURM array task, if any).
     `progress(done, total)` follows every chunk. `resume_hint` is the command a stopped run suggests."""
     t_start = time.perf_counter()
-    if config.input_path is None:
+    if config.input.path is None:
         raise DataError(f"{config.path}: the config has no input: section (input.path names the HDF5 point cloud)")
     if overwrite and resume:
         raise DataError("--overwrite and --resume exclude each other")
@@ -105,7 +105,7 @@ def run(config: Config, output=None, threads=None, chunk=None, overwrite=False, 
         model, kernel, t_compile = prepare(config)
         shapes = {n: v.shape for n, v in kernel.graph.inputs.items()}
         # model inputs map through input.datasets; a jvp direction or vjp cotangent names its dataset itself
-        reader = InputReader(config.input_path, {n: config.datasets.get(n, n) for n in shapes}, shapes)
+        reader = InputReader(config.input.path, {n: config.input.datasets.get(n, n) for n in shapes}, shapes)
         try:
             return _run(config, model, kernel, reader, out_path, exists and resume, part, threads, chunk,
                         should_stop, progress, resume_hint, t_start, t_compile)
@@ -117,7 +117,7 @@ def _run(config, model, kernel, reader, out_path, resuming, part, threads, chunk
          resume_hint, t_start, t_compile):
     m = reader.points
     row_start, row_stop = part.rows(m) if part else (0, m)
-    threads = _threads(config.threads if threads is None else threads)
+    threads = _threads(config.engine.threads if threads is None else threads)
     attrs = _provenance(config, model, kernel, m, part, (row_start, row_stop), threads)
     if resuming:
         out = OutputFile.open(out_path)
@@ -127,15 +127,16 @@ def _run(config, model, kernel, reader, out_path, resuming, part, threads, chunk
             out.close()
             raise
     else:
-        chunk = chunk or config.chunk
+        chunk = chunk or config.engine.chunk
         if should_stop():
             raise Interrupted(f"stopped by {should_stop.signal} before the run started; nothing was written")
         out = OutputFile.create(out_path, kernel.output_shapes, kernel.reduced, row_stop - row_start,
-                                config.dtype, config.compression, chunk, {**attrs, "chunk": chunk, "started": now()})
+                                config.output.dtype, config.output.compression, chunk,
+                                {**attrs, "chunk": chunk, "started": now()})
     plan = Plan(row_start, row_stop - row_start, chunk)
     try:
-        outcome = stream(kernel, reader, out, plan, config.dtype, threads, config.nan == "error", should_stop,
-                         progress or (lambda done, total: None))
+        outcome = stream(kernel, reader, out, plan, config.output.dtype, threads, config.engine.nan == "error",
+                         should_stop, progress or (lambda done, total: None))
         if outcome.stopped:
             out.stop({"threads": threads})
             done = min(out.done * chunk, plan.rows)
@@ -176,7 +177,7 @@ def _provenance(config, model, kernel, m, part, rows, threads):
         "adgrad_version": __version__, "model_yaml": config.model.text, "config_yaml": config.text,
         "model_sha256": _sha(config.model.text.encode()), "config_sha256": _sha(config.text.encode()),
         "params_sha256": params.hexdigest(), "kernel_sha256": _sha(kernel.source.encode()),
-        "input_path": os.path.abspath(config.input_path), "input_points": m, **input_identity(config.input_path),
+        "input_path": os.path.abspath(config.input.path), "input_points": m, **input_identity(config.input.path),
         "points": rows[1] - rows[0], "modes": json.dumps(kernel.modes), "threads": threads,
         "numba_version": numba.__version__, "numpy_version": np.__version__, "h5py_version": h5py.__version__,
     }

@@ -22,7 +22,7 @@ import numpy as np
 from ..compile import compile_model, default_requests
 from ..errors import JobError
 from ..model import LoadedModel
-from ..spec import DerivativeRequest
+from ..spec import as_request, derivative_name
 from . import sample
 
 @dataclass
@@ -59,13 +59,10 @@ def variants(model: LoadedModel, derivatives, mode, values):
 def _manual(model, req):
     """`req` (a DerivativeRequest or (of, wrt)) in manual mode if the model has its hand-written first
     derivative and it is not a jvp/vjp, else unchanged."""
-    if hasattr(req, "of"):
-        if req.direction or req.cotangent or f"d{req.of}_d{req.wrt[0]}" not in model.manual:
-            return req
-        return dataclasses.replace(req, mode="manual")
-    of, wrt = req
-    wrt = (wrt,) if isinstance(wrt, str) else tuple(wrt)
-    return DerivativeRequest(of, wrt, mode="manual") if f"d{of}_d{wrt[0]}" in model.manual else req
+    r = as_request(req)
+    if r.vector or derivative_name(r.of, r.wrt[:1]) not in model.manual:
+        return req
+    return dataclasses.replace(r, mode="manual")
 
 
 def time_kernels(model: LoadedModel, inputs: dict, derivatives, mode="auto", values=None, repeat=5):
@@ -94,7 +91,7 @@ def sampled_inputs(model: LoadedModel, config, points: int, seed: int) -> dict:
     would write them for `config` (or for the model alone)."""
     cols = sample.columns(model.spec, config)
     data = sample.Sampler(cols, seed).rows(0, points)
-    datasets = config.datasets if config else {}
+    datasets = config.input.datasets if config else {}
     inputs = {n: data[datasets.get(n, n)] for n in model.spec.inputs}
     dataset_of_input = set(datasets.get(n, n) for n in model.spec.inputs)
     inputs.update({c.dataset: data[c.dataset] for c in cols if c.dataset not in dataset_of_input})
@@ -105,7 +102,7 @@ def requests(model: LoadedModel, config):
     """(derivatives, mode, values) a run of `config` computes; for a bare model, every output's
     gradient with respect to every input."""
     if config is not None:
-        return config.derivatives, config.mode, list(config.values)
+        return config.compute.derivatives, config.mode, list(config.compute.values)
     return default_requests(model), "auto", None
 
 
@@ -117,7 +114,7 @@ from adgrad.engine.tools.bench import requests
 from adgrad.engine.spec import load_config_file, load_model_file
 if sys.argv[2] == "config":
     config = load_config_file(sys.argv[1])
-    model = build(config.model).with_params(config.param_overrides)
+    model = build(config.model).with_params(config.params)
 else:
     config, model = None, build(load_model_file(sys.argv[1]))
 derivatives, mode, values = requests(model, config)
@@ -157,8 +154,8 @@ def bench(path, model: LoadedModel, config=None, points=100_000, repeat=5, threa
     """Time every kernel variant of `config` (or of the bare model at `path`) on sampled points."""
     if threads:
         numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    elif config is not None and config.threads:
-        numba.set_num_threads(min(config.threads, numba.config.NUMBA_NUM_THREADS))
+    elif config is not None and config.engine.threads:
+        numba.set_num_threads(min(config.engine.threads, numba.config.NUMBA_NUM_THREADS))
     inputs = sampled_inputs(model, config, points, seed)
     derivatives, mode, values = requests(model, config)
     timings = time_kernels(model, inputs, derivatives, mode, values, repeat)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compile import compile_model, default_requests
+from ..spec import derivative_name
 from ..store.input import InputReader
 from . import sample
 
@@ -38,10 +39,10 @@ def sample_points(model, k, seed=0):
 
 def points(model, config, k, seed=0):
     """The first k points of the config's input file, or k sampled points without one."""
-    if config is None or config.input_path is None:
+    if config is None or config.input.path is None:
         return sample_points(model, k, seed)
     shapes = {n: d.shape for n, d in model.spec.inputs.items()}
-    reader = InputReader(config.input_path, {n: config.datasets[n] for n in shapes}, shapes)
+    reader = InputReader(config.input.path, {n: config.input.datasets[n] for n in shapes}, shapes)
     try:
         return reader.read(0, min(k, reader.points))
     finally:
@@ -66,7 +67,7 @@ def finite_difference(model, of, wrt, points, inner_wrt=None):
     shape (K, *of_shape[, *inner_shape], *wrt_shape)."""
     derivs = [] if inner_wrt is None else [(of, inner_wrt)]
     kern = compile_model(model, derivs, mode="reverse", values=[of])
-    target = of if inner_wrt is None else f"d{of}_d{inner_wrt}"
+    target = of if inner_wrt is None else derivative_name(of, (inner_wrt,))
     k = next(iter(points.values())).shape[0]
     if wrt in model.spec.inputs:
         x = points[wrt]
@@ -104,8 +105,8 @@ def check(model, pairs, points, manual_too=True):
     rows = []
     for of, wrt in pairs:
         modes = ["forward", "reverse"]
-        name = f"d{of}_d{wrt[0]}" if len(wrt) == 1 else f"d2{of}_d{wrt[0]}_d{wrt[1]}"
-        if manual_too and f"d{of}_d{wrt[0]}" in model.manual:
+        name = derivative_name(of, wrt)
+        if manual_too and derivative_name(of, wrt[:1]) in model.manual:
             modes.append("manual")
         results = {}
         for mode in modes:

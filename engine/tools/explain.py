@@ -11,9 +11,9 @@ PARTS = ("shapes", "cost", "ir", "source")
 def explain(model, config=None, parts=PARTS, mode=None) -> str:
     """The parts asked for, of what `config` (or, for a model file alone, every output's gradient
     with respect to every input) compiles to; `mode` overrides the config's (default auto)."""
-    derivs = config.derivatives if config else [(o, w) for o, (w,) in default_requests(model)]
+    derivs = config.compute.derivatives if config else [(o, w) for o, (w,) in default_requests(model)]
     mode = mode or (config.mode if config else "auto")
-    kernel = compile_model(model, derivs, mode=mode, values=list(config.values) if config else None)
+    kernel = compile_model(model, derivs, mode=mode, values=list(config.compute.values) if config else None)
     g, lines = model.graph, []
     if "shapes" in parts:
         lines.append(f"model {model.name}: {model.spec.path}")

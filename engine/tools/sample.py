@@ -55,12 +55,12 @@ def columns(model: Model, config: Config | None = None, low=None, high=None) -> 
         if old is None:
             cols[dataset] = Column(dataset, shape, *bounds)
 
-    datasets = config.datasets if config else {}
+    datasets = config.input.datasets if config else {}
     for name, decl in model.inputs.items():
         add(datasets.get(name, name), tuple(decl.shape), rng_of(decl.sample), f"input '{name}'")
     if config is not None:
         graph = None
-        for req in config.derivatives:
+        for req in config.compute.derivatives:
             extra = req.direction or req.cotangent
             if not extra:
                 continue

@@ -257,4 +257,5 @@ def _pack_lower(ctx, e):
 register(Op("pack", "structural", _pack_shape, lambda *xs, shape: np.array(xs, dtype=float).reshape(shape),
             Rule(_pack_jvp, lambda e, ct, bs: [emit("getitem", ct, index=batched_index(_element(k, e.out.shape), bs))
                                                for k in range(len(e.args))]),
-            _pack_lower, free, scalar=lambda b, e, xs: np.array([x[()] for x in xs], dtype=object).reshape(e.out.shape)))
+            _pack_lower, free,
+            scalar=lambda b, e, xs: np.array([x[()] for x in xs], dtype=object).reshape(e.out.shape)))
