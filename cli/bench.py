@@ -23,7 +23,13 @@ def bench(config, m, repeat, threads, seed, compile_time):
     """Time the kernels of CONFIG (or of a model file: every output against every input) on M
     sampled points, compute only (no HDF5): values only, then values and derivatives by the
     config's modes and by forward, reverse and, where the model has hand-written derivatives,
-    manual mode. Prints ns/point and points/s, and compile time cold (empty caches) and cached."""
+    manual mode. Prints ns/point and points/s (the median of --repeat calls after a warm-up, the
+    variants taking turns), and compile time in fresh processes, cold (empty caches) and cached.
+
+    \b
+    Example:
+      adgrad bench configs/eam.yaml --points 1000000 --threads 2
+    """
     model, cfg = load_model_or_config(config)
     report = run_bench(config, model, cfg, points=m, repeat=repeat, threads=threads or None, seed=seed,
                        compile_time=compile_time)

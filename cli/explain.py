@@ -15,7 +15,13 @@ from .common import load_model_or_config, reports_errors
               help="Override the mode (default: the config's, else auto).")
 @reports_errors
 def explain(model_or_config, show, mode):
-    """Show how adgrad compiles a model: shapes, modes and why, workspace, IR and kernel source."""
+    """Show how adgrad compiles a model: shapes, modes and why, workspace, IR and kernel source.
+
+    \b
+    Example:
+      adgrad explain configs/eam.yaml
+      adgrad explain configs/eam.yaml --show cost --mode forward
+    """
     parts = {p.strip() for p in show.split(",") if p.strip()}
     unknown = parts - set(PARTS)
     if unknown:

@@ -15,7 +15,12 @@ def info(file, text):
     """Summarize an output, shard, merged or sampled FILE: datasets with shapes and dtypes,
     completeness, shard rows, modes, threads, versions, times, input path and the model and config.
 
-    For a merged file every virtual source is checked; a missing one exits 2."""
+    For a merged file every virtual source is checked; a missing one exits 2.
+
+    \b
+    Example:
+      adgrad info configs/eam_out.h5 --no-text
+    """
     report = describe(file, text=text)
     click.echo("\n".join(report.lines))
     if report.missing_sources:

@@ -17,7 +17,12 @@ def merge(out, shards, copy, overwrite):
 
     By default OUT holds HDF5 virtual datasets that read the shard files through paths relative to
     OUT's directory: keep the shards, and move them together with OUT. Refuses missing, incomplete,
-    duplicate or mismatched shards, and leaves no OUT behind when it does."""
+    duplicate or mismatched shards, and leaves no OUT behind when it does.
+
+    \b
+    Example:
+      adgrad merge out/eam.h5 out/eam.shard*of4.h5
+    """
     res = merge_shards(out, shards, copy=copy, overwrite=overwrite)
     kind = "virtual datasets over the shard files" if res.virtual else "a physical copy"
     click.echo(f"{res.shards} shard(s), {res.points} points, {res.datasets} dataset(s) -> {res.path} ({kind})",

@@ -28,8 +28,18 @@ from .common import reports_errors
 def run(config, threads, chunk, output, shard, resume, overwrite, progress, quiet, verbose):
     """Compute the config's outputs and derivatives for every point of its input file.
 
-    SIGTERM or Ctrl-C stops at the next chunk boundary, keeping every finished chunk; --resume
-    then finishes the file."""
+    Streams the input in chunks through the compiled (cached) kernel into the output file, then
+    prints points, seconds, points/s, the mode per derivative and the non-finite point count.
+    SIGTERM or Ctrl-C stops at the next chunk boundary, keeping every finished chunk (exit 1, with
+    the command that resumes); --resume then finishes the file. Outputs are bit-identical for every
+    --threads and --chunk. See docs/production.md and docs/cluster.md.
+
+    \b
+    Example:
+      adgrad run configs/eam.yaml -o eam_out.h5 --overwrite
+      adgrad run configs/eam.yaml -o eam_out.h5 --resume       # after a stop
+      adgrad run configs/eam.yaml -o out/eam.h5 --shard 2/4    # writes out/eam.shard2of4.h5
+    """
     cfg = load_config_file(config)
     if progress is None:
         progress = sys.stderr.isatty()

@@ -25,7 +25,13 @@ def sample(model_or_config, n, output, seed, low, high, chunk, overwrite):
     """Write M points, uniform in each input's range, one dataset per input (M, *shape).
 
     With a config, dataset names follow its input.datasets, and the directions and cotangents of
-    its jvp/vjp requests are written too, so `adgrad run` can read the file as its input."""
+    its jvp/vjp requests are written too, so `adgrad run` can read the file as its input. The values
+    depend only on the seed and the ranges (not on --chunk; a smaller M is a prefix of a larger one).
+
+    \b
+    Example:
+      adgrad sample configs/eam.yaml -n 1000000 -o points.h5 --seed 7
+    """
     config = load_config_file(model_or_config) if is_config(model_or_config) else None
     model = config.model if config else load_model_file(model_or_config)
     cols = sampling.columns(model, config, low, high)
