@@ -2,15 +2,19 @@
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import potentials
 from .errors import SpecError
+from .ir.builtins.tables import TableFunction, TableSet
 from .ir.core import Builder, Graph, Var
 from .ir.interp import interpret
 from .ir.lower import Lowerer
-from .spec import Expr, H5Ref, Model, ParamDecl, derivative_name
+from .numeric.tables import MIN_NODES, TableData
+from .spec import Expr, H5Ref, Model, ParamDecl, PotentialRef, TableRef, derivative_name
 
 
 @dataclass
@@ -19,17 +23,24 @@ class LoadedModel:
     graph: Graph                # inputs, params, outputs; lets and manual derivatives lowered too
     custom: dict                # Var -> CustomRule (function-level derivative rules)
     manual: dict                # "d{of}_d{wrt}" -> Var (model-level hand-written derivatives)
-    param_values: dict          # name -> float64 array
+    param_values: dict          # graph param name -> float64 array (a table's: its spline coefficients)
+    tables: dict                # param name -> TableData | Potential (their grids are compiled in)
 
     @property
     def name(self):
         return self.spec.name
 
     def with_params(self, overrides: dict):
-        """A copy whose params take `overrides` (name -> ParamDecl); shapes must not change."""
+        """A copy whose params take `overrides` (name -> ParamDecl); shapes and grids must not change."""
         values = dict(self.param_values)
         for name, decl in overrides.items():
             val = param_value(decl, values)
+            if name in self.tables:
+                values.update(_override_tables(decl, self.tables[name], val))
+                continue
+            if not isinstance(val, np.ndarray):
+                raise decl.loc.error(f"params.{name}: the model's param is an array; a table or potential "
+                                     f"cannot replace it")
             old = values[name]
             if val.shape != old.shape:
                 raise decl.loc.error(f"params.{name}: the override has shape {val.shape} but the model's "
@@ -38,6 +49,30 @@ class LoadedModel:
         new = copy.copy(self)
         new.param_values = values
         return new
+
+
+def table_params(name, val):
+    """{graph param name: TableData} of a table or potential param (a potential's phi shares z2r's)."""
+    if isinstance(val, TableData):
+        return {name: val}
+    out, seen = {}, {}
+    for attr, data in val.tables.items():
+        key = seen.setdefault(id(data.values), f"{name}__{attr}")
+        out.setdefault(key, data)
+    return out
+
+
+def _override_tables(decl, old, new):
+    if type(new) is not type(old):
+        raise decl.loc.error(f"params.{decl.name}: the override must be a {'table' if isinstance(old, TableData) else 'potential'}"
+                             f", like the model's param")
+    olds, news = table_params(decl.name, old), table_params(decl.name, new)
+    for key, a in olds.items():
+        b = news.get(key)
+        if b is None or (a.values.shape, a.x0, a.dx, a.xlin, a.over_x) != (b.values.shape, b.x0, b.dx, b.xlin, b.over_x):
+            raise decl.loc.error(f"params.{decl.name}: the override's grid or species differ from the model's "
+                                 f"(compiled in); change the model instead")
+    return {key: data.coefficients() for key, data in news.items()}
 
 
 def param_value(decl: ParamDecl, earlier: dict) -> np.ndarray:
@@ -53,19 +88,15 @@ def param_value(decl: ParamDecl, earlier: dict) -> np.ndarray:
         out = Lowerer(b, {}, {}, env).lower(v, env)
         b.graph.outputs["value"] = out
         return interpret(b.graph, {}, {})["value"]
-    if isinstance(v, H5Ref):
-        import h5py
+    if isinstance(v, TableRef):
+        return _table(decl, v, earlier)
+    if isinstance(v, PotentialRef):
         try:
-            with h5py.File(v.file, "r") as f:
-                if v.dataset not in f:
-                    raise decl.loc.error(f"params.{decl.name}: dataset '{v.dataset}' not found in {v.file}")
-                arr = np.asarray(f[v.dataset][()], dtype=float)
-        except OSError as exc:
-            raise decl.loc.error(f"params.{decl.name}: cannot open {v.file}: {exc}") from None
-        if v.shape is not None and arr.shape != v.shape:
-            raise decl.loc.error(f"params.{decl.name}: dataset '{v.dataset}' in {v.file} has shape {arr.shape}, "
-                                 f"but the param declares shape {list(v.shape)}")
-        return arr
+            return potentials.read(v.files, v.format, v.elements)
+        except ValueError as exc:
+            raise decl.loc.error(f"params.{decl.name}: {exc}") from None
+    if isinstance(v, H5Ref):
+        return _h5(decl, v)
     try:
         arr = np.asarray(v, dtype=float)
     except ValueError:
@@ -73,20 +104,53 @@ def param_value(decl: ParamDecl, earlier: dict) -> np.ndarray:
     return arr
 
 
+def _table(decl, ref, earlier):
+    values = _h5(decl, ref.values) if isinstance(ref.values, H5Ref) else \
+        param_value(ParamDecl(decl.name, ref.values, decl.loc), earlier)
+    if values.ndim < 1 or values.shape[-1] < MIN_NODES:
+        raise decl.loc.error(f"params.{decl.name}: a table needs at least {MIN_NODES} values, got {values.shape[-1:]}")
+    if not np.all(np.isfinite(values)):
+        raise decl.loc.error(f"params.{decl.name}: the table holds a NaN or an infinity")
+    xlin = ref.x0 + (values.shape[-1] - 1) * ref.dx if ref.beyond == "linear" else math.inf
+    return TableData(values, ref.x0, ref.dx, xlin)
+
+
+def _h5(decl, v):
+    import h5py
+    try:
+        with h5py.File(v.file, "r") as f:
+            if v.dataset not in f:
+                raise decl.loc.error(f"params.{decl.name}: dataset '{v.dataset}' not found in {v.file}")
+            arr = np.asarray(f[v.dataset][()], dtype=float)
+    except OSError as exc:
+        raise decl.loc.error(f"params.{decl.name}: cannot open {v.file}: {exc}") from None
+    if v.shape is not None and arr.shape != v.shape:
+        raise decl.loc.error(f"params.{decl.name}: dataset '{v.dataset}' in {v.file} has shape {arr.shape}, "
+                             f"but the param declares shape {list(v.shape)}")
+    return arr
+
+
 def build(spec: Model) -> LoadedModel:
     """Lower every expression of the model into one graph, checking names and shapes."""
-    values = {}
+    values, tables = {}, {}
     for name, decl in spec.params.items():
-        values[name] = param_value(decl, values)
+        val = param_value(decl, values)
+        if isinstance(val, np.ndarray):
+            values[name] = val
+        else:
+            tables[name] = val
     b = Builder()
     g = b.graph
     for name, decl in spec.inputs.items():
         g.inputs[name] = Var(decl.shape)
-    for name in spec.params:
+    for name in values:
         g.params[name] = Var(values[name].shape)
+    named = dict(g.params)
+    for name, val in tables.items():
+        named[name] = _table_env(name, val, g, values)
     custom = {}
-    lw = Lowerer(b, spec.functions, custom, dict(g.params))
-    env = {**g.inputs, **g.params}
+    lw = Lowerer(b, spec.functions, custom, named)
+    env = {**g.inputs, **named}
     for name, expr in spec.lets.items():
         env[name] = lw.lower(expr, env)
     for name, expr in spec.outputs.items():
@@ -103,7 +167,23 @@ def build(spec: Model) -> LoadedModel:
             with b.active():
                 v = b.emit("broadcast_to", v, shape=want)
         manual[name] = v
-    return LoadedModel(spec, g, custom, manual, values)
+    return LoadedModel(spec, g, custom, manual, values, tables)
+
+
+def _table_env(name, val, g, values):
+    """A table param's TableFunction (a potential's TableSet) over new graph params of coefficients."""
+    funcs = {}
+    for key, data in table_params(name, val).items():
+        values[key] = data.coefficients()
+        g.params[key] = Var(values[key].shape)
+    for attr, data in (val.tables.items() if isinstance(val, potentials.Potential) else [(None, val)]):
+        key = next(k for k, d in table_params(name, val).items() if d.values is data.values)
+        label = f"{name}.{attr}" if attr else name
+        funcs[attr] = TableFunction(label, g.params[key], data.lead, data.x0, data.dx, data.n, data.xlin,
+                                    data.over_x)
+    if not isinstance(val, potentials.Potential):
+        return funcs[None]
+    return TableSet(name, funcs, dict(val.constants))
 
 
 def _split_derivative_name(expr, name, spec):

@@ -6,6 +6,7 @@ expression, a shape mismatch) can point at the file, line and column of the expr
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -13,6 +14,8 @@ import yaml
 from yaml.constructor import SafeConstructor
 
 from .errors import SpecError
+from .numeric.tables import check_grid
+from .potentials import READERS, format_of
 
 
 @dataclass(frozen=True)
@@ -50,8 +53,25 @@ class InputDecl:
 @dataclass(frozen=True)
 class ParamDecl:
     name: str
-    value: object               # a nested list of numbers, an Expr, or an H5Ref
+    value: object               # a nested list of numbers, an Expr, an H5Ref, a TableRef or a PotentialRef
     loc: Loc
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A tabulated function: node values on a uniform grid (docs/model-language.md, Tables)."""
+    values: object              # a list of numbers or an H5Ref
+    x0: float
+    dx: float
+    beyond: str                 # above the last node: "linear" (extended with the end slope) or "hold"
+
+
+@dataclass(frozen=True)
+class PotentialRef:
+    """A LAMMPS potential file (or one funcfl file per element) read as tables and constants."""
+    files: tuple                # absolute paths
+    format: str                 # eam, eam/alloy, eam/fs
+    elements: tuple | None      # which elements of a setfl/fs file, in species order
 
 
 @dataclass(frozen=True)
@@ -264,21 +284,89 @@ def _param(doc, name, node, base_dir):
     where = f"params.{name}"
     loc = doc.loc(node)
     if isinstance(node, yaml.MappingNode):
-        entries = doc.mapping(node, where, allowed=("file", "dataset", "shape"), required=("file", "dataset"))
-        file = os.path.normpath(os.path.join(base_dir, str(doc.value(entries["file"]))))
-        shape = doc.shape(entries["shape"], f"{where}.shape") if "shape" in entries else None
-        return ParamDecl(name, H5Ref(file, str(doc.value(entries["dataset"])), shape), loc)
+        keys = doc.mapping(node, where)
+        if "potential" in keys:
+            return ParamDecl(name, _potential(doc, node, where, base_dir), loc)
+        if "table" in keys:
+            return ParamDecl(name, _table(doc, node, where, base_dir), loc)
+        return ParamDecl(name, _h5ref(doc, node, where, base_dir), loc)
     if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":str"):
         return ParamDecl(name, doc.expr(node, where), loc)
     val = doc.value(node)
-
-    def numeric(v):
-        if isinstance(v, list):
-            return all(numeric(x) for x in v)
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-    if not numeric(val):
+    if not _numeric(val):
         raise doc.error(node, f"{where}: a param is a number, a nested list of numbers, a constant expression or {{file, dataset}}")
     return ParamDecl(name, val, loc)
+
+
+def _numeric(v):
+    """A number or a nested list of numbers."""
+    if isinstance(v, list):
+        return all(_numeric(x) for x in v)
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _h5ref(doc, node, where, base_dir):
+    entries = doc.mapping(node, where, allowed=("file", "dataset", "shape"), required=("file", "dataset"))
+    file = os.path.normpath(os.path.join(base_dir, str(doc.value(entries["file"]))))
+    shape = doc.shape(entries["shape"], f"{where}.shape") if "shape" in entries else None
+    return H5Ref(file, str(doc.value(entries["dataset"])), shape)
+
+
+def _number(doc, node, where):
+    v = doc.value(node)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise doc.error(node, f"{where} must be a finite number, got {v!r}")
+    return float(v)
+
+
+def _table(doc, node, where, base_dir):
+    e = doc.mapping(node, where, allowed=("table", "x0", "dx", "grid", "beyond"), required=("table",))
+    values = e["table"]
+    if isinstance(values, yaml.MappingNode):
+        values = _h5ref(doc, values, f"{where}.table", base_dir)
+    else:
+        values = doc.value(values)
+        if not isinstance(values, list) or not _numeric(values):
+            raise doc.error(e["table"], f"{where}.table: a list of numbers (the values at the grid points; "
+                                        f"nested lists for several tables) or {{file, dataset}}")
+    beyond = doc.value(e["beyond"]) if "beyond" in e else "linear"
+    if beyond not in ("linear", "hold"):
+        raise doc.error(e["beyond"], f"{where}.beyond: 'linear' or 'hold', got {beyond!r}")
+    if "grid" in e:             # the grid points themselves: checked to be uniform
+        if "dx" in e or "x0" in e:
+            raise doc.error(e["grid"], f"{where}: give either grid: or x0: and dx:, not both")
+        grid = doc.value(e["grid"])
+        try:
+            x0, dx = check_grid(grid, f"{where}.grid")
+        except (ValueError, TypeError) as exc:
+            raise doc.error(e["grid"], str(exc) if isinstance(exc, ValueError) else
+                            f"{where}.grid: a list of numbers") from None
+        if isinstance(values, list) and len(values) != len(grid):
+            raise doc.error(e["grid"], f"{where}: {len(grid)} grid points but {len(values)} values")
+        return TableRef(values, x0, dx, beyond)
+    if "dx" not in e:
+        raise doc.error(node, f"{where}: a table needs its grid: dx: (and x0:, default 0) or grid: [x values]")
+    dx = _number(doc, e["dx"], f"{where}.dx")
+    if dx <= 0:
+        raise doc.error(e["dx"], f"{where}.dx: the grid spacing must be positive, got {dx}")
+    x0 = _number(doc, e["x0"], f"{where}.x0") if "x0" in e else 0.0
+    return TableRef(values, x0, dx, beyond)
+
+
+def _potential(doc, node, where, base_dir):
+    e = doc.mapping(node, where, allowed=("potential", "format", "elements"), required=("potential",))
+    files = doc.value(e["potential"])
+    files = [files] if isinstance(files, str) else files
+    if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
+        raise doc.error(e["potential"], f"{where}.potential: a file name, or a list of funcfl files (one per element)")
+    files = tuple(os.path.normpath(os.path.join(base_dir, f)) for f in files)
+    fmt = doc.value(e["format"]) if "format" in e else format_of(files[0])
+    if fmt not in READERS:
+        at = e.get("format", e["potential"])
+        raise doc.error(at, f"{where}: unknown potential format {fmt!r} (known: {', '.join(READERS)}; "
+                            f"give format: when the file name does not end in .eam, .eam.alloy or .eam.fs)")
+    elements = doc.name_list(e["elements"], f"{where}.elements") if "elements" in e else None
+    return PotentialRef(files, fmt, elements)
 
 
 def _is_name(s):

@@ -28,6 +28,7 @@ LAYERS = [
     [("opt", ["engine.opt"]), ("ad", ["engine.ad"])],
     [("ir", ["engine.ir", "engine.model"])],
     [("spec", ["engine.spec", "engine.parse"])],
+    [("potentials", ["engine.potentials"])],
     [("numeric", ["engine.numeric"])],
     [("errors", ["engine.errors", "engine.version"])],
 ]

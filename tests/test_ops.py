@@ -20,9 +20,14 @@ from adgrad.engine.ir.interp import interpret
 from adgrad.engine.ir.op import KINDS, OPS, Reduction
 from adgrad.engine.ir.rules import Rule
 from adgrad.engine.numeric import scalar as numeric_scalar
+from adgrad.engine.numeric.tables import TableData
 from adgrad.engine.opt.scalarize import scalarize
 
-SHAPES = {"x": (8,), "y": (8,), "s": (), "X": (3, 4), "P": (4,)}
+SHAPES = {"x": (8,), "y": (8,), "s": (), "X": (3, 4), "P": (4,), "T": (8,)}
+# params: two tables of 7 nodes on [-1, 2] (the table op reads its coefficients whole)
+TABLE = TableData(np.array([[0.3, -1.0, 2.0, 0.5, 0.5, 4.0, -2.0], [1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0]]),
+                  x0=-1.0, dx=0.5, xlin=1.5)
+PARAMS = {"C": TABLE.coefficients()}
 POINTS = 48
 ULPS = 4            # numba calls libm; numpy has SIMD loops of its own for some functions
 
@@ -51,7 +56,17 @@ def points(seed=0):
     pts = {n: sample((POINTS,) + s, rng) for n, s in SHAPES.items()}
     pts["P"] = rng.uniform(0.5, 2.0, (POINTS, 4)) * rng.choice([1, -1, 0, np.inf, np.nan], (POINTS, 4),
                                                                  p=[0.5, 0.3, 0.1, 0.05, 0.05])
+    # table indices: mostly valid, some out of range, fractional or NaN (which give NaN)
+    pts["T"] = rng.choice([0.0, 1.0, -1.0, 2.0, 0.5, np.nan], (POINTS, 8), p=[0.4, 0.4, 0.05, 0.05, 0.05, 0.05])
+    pts["x"][: POINTS // 2] = rng.uniform(-2.0, 3.0, (POINTS // 2, 8))     # around and beyond the grid
     return pts
+
+
+def _table(order, xlin=TABLE.xlin):
+    def case(b, v):
+        return b.emit("table", v["C"], v["x"], v["T"], x0=TABLE.x0, rdx=1.0 / TABLE.dx, n=TABLE.n, ntab=2,
+                      xlin=xlin, order=order)
+    return case
 
 
 # ---- cases: op name -> build(b, v) -> the Var to compare (v: the inputs by name) ----------------------
@@ -83,6 +98,7 @@ CASES = {
     "select": lambda b, v: b.emit("select", b.emit("ge", v["x"], 0.0), v["x"], v["y"]),
     **{op: _cmp(op) for op in ("lt", "le", "gt", "ge", "eq", "ne")},
 }
+TABLE_CASES = [_table(0), _table(0, xlin=np.inf), _table(1), _table(2), _table(3)]
 
 
 def elementwise_case(name):
@@ -94,6 +110,8 @@ def elementwise_case(name):
 
 
 def cases(name):
+    if name == "table":
+        return TABLE_CASES
     if name in CASES:
         return [CASES[name]]
     op = OPS[name]
@@ -103,7 +121,7 @@ def cases(name):
 
 def family(name):
     op = OPS[name]
-    if name in CASES:
+    if name in CASES or name == "table":
         return "other"
     return f"elementwise{op.arity}"
 
@@ -153,6 +171,8 @@ def _graph(names):
     g = b.graph
     v = {n: Var(s) for n, s in SHAPES.items()}
     g.inputs.update(v)
+    g.params.update({n: Var(a.shape) for n, a in PARAMS.items()})
+    v.update(g.params)
     with b.active():
         for name in names:
             for k, case in enumerate(cases(name)):
@@ -164,9 +184,9 @@ def _compile(graph, form):
     if form == "scalar":
         graph = scalarize(graph, limit=10 ** 6)
         assert graph is not None
-    em = Emitter(graph, list(graph.inputs), [], list(graph.outputs))
+    em = Emitter(graph, list(graph.inputs), list(graph.params), list(graph.outputs))
     body = em.emit()
-    per_point = [True] * (len(graph.inputs) + len(graph.outputs))
+    per_point = [True] * len(graph.inputs) + [False] * len(graph.params) + [True] * len(graph.outputs)
     return load(module_source("ops_test", em.globals, em.args, body, per_point)), graph, em.work_size
 
 
@@ -183,9 +203,10 @@ def results():
             mod, compiled_graph, work = _compile(graph, form)
             outs = {n: np.empty((POINTS, max(1, v.size))) for n, v in compiled_graph.outputs.items()}
             rows = [np.ascontiguousarray(pts[n].reshape(POINTS, -1)) for n in compiled_graph.inputs]
-            mod.batch(*rows, *outs.values(), np.zeros((2, max(1, work))))
+            params = [np.ascontiguousarray(PARAMS[n].ravel()) for n in compiled_graph.params]
+            mod.batch(*rows, *params, *outs.values(), np.zeros((2, max(1, work))))
             with np.errstate(all="ignore"):
-                want = [interpret(graph, {n: p[i] for n, p in pts.items()}, {}) for i in range(POINTS)]
+                want = [interpret(graph, {n: p[i] for n, p in pts.items()}, PARAMS) for i in range(POINTS)]
             cache[fam, form] = ({n: o.reshape((POINTS,) + graph.outputs[n].shape) for n, o in outs.items()},
                                 {n: np.array([w[n] for w in want]) for n in graph.outputs})
         return cache[fam, form]

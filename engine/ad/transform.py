@@ -19,6 +19,8 @@ def _custom_rule_as_eqn_rule(rule, b):
 class _Call:
     """An equation-like view of a custom rule application: out = fn(*args)."""
 
+    attrs = ()                  # a user function has no static attributes
+
     def __init__(self, out, args):
         self.out, self.args = out, args
 

@@ -23,26 +23,17 @@ Every equation appears as a comment with its IR, so the generated file reads nex
 from __future__ import annotations
 
 import contextlib
-import math
 
-from ..ir.op import OPS
+from ..ir.op import OPS, literal
 from ..ir.printer import canonical_names, format_eqn
 from .plan import Buf, Workspace, liveness
 from .schedule import Group, kind, schedule
 
 
-def literal(x):
-    if math.isnan(x):
-        return "np.nan"
-    if math.isinf(x):
-        return "np.inf" if x > 0 else "-np.inf"
-    return repr(float(x))
-
-
 def elem_expr(e, xs):
     """The Python expression of an elementwise equation over the expressions of its arguments."""
     lower = OPS[e.op].lower
-    return lower(*xs) if callable(lower) else lower.format(*xs)
+    return lower(*xs, **dict(e.attrs)) if callable(lower) else lower.format(*xs)
 
 
 class Lines:
@@ -192,7 +183,7 @@ class Emitter:
                 elif op.kind == "view":        # a scalar broadcast or reshaped inside the loop
                     expr = self.read(e.args[0], space, idx)
                 else:
-                    expr = elem_expr(e, [self.read(a, space, idx) for a in e.args])
+                    expr = elem_expr(e, self._elem_args(e, space, idx))
                 name = self.vname[e.out]
                 self.out(f"{name} = {expr}")
                 self.store[e.out] = name
@@ -203,6 +194,11 @@ class Emitter:
         for v, buf in stored:
             self.store[v] = buf                 # items after the loop read the stored array
 
+    def _elem_args(self, e, space, idx):
+        """The expressions of an elementwise equation's arguments at idx; `whole` ones as their array."""
+        whole = OPS[e.op].whole
+        return [self.store[a].array if k in whole else self.read(a, space, idx) for k, a in enumerate(e.args)]
+
     def _single(self, e):
         op, k = OPS[e.op], kind(e)
         if op.kind == "structural":
@@ -211,7 +207,7 @@ class Emitter:
         self.comment(e)
         name = self.vname[e.out]
         if k == "scalar":
-            self.out(f"{name} = {elem_expr(e, [self.read(a, (), []) for a in e.args])}")
+            self.out(f"{name} = {elem_expr(e, self._elem_args(e, (), []))}")
             self.store[e.out] = name
         elif k == "load":
             self.out(f"{name} = {self._view(e).at([])}")

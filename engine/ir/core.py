@@ -169,6 +169,8 @@ class Builder:
             if op.startswith("reduce_") and not attrs["axes"]:
                 return args[0]
             return None
+        if spec.whole:              # an argument read whole (a table): nothing to fold
+            return None
         consts = [self.const_value(a) for a in args]
         if all(c is not None for c in consts) and spec.name not in ("select",) and all(not a.shape for a in args):
             with np.errstate(all="ignore"):

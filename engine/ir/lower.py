@@ -15,6 +15,7 @@ from ..parse import parse, span
 from ..spec import Expr, FunctionDecl
 from .builtins import FUNCTIONS, Call, matmul
 from .builtins import Fail as _Fail
+from .builtins.tables import TableFunction, TableSet
 from .core import Builder, Var
 from .op import OPS, broadcast_shapes
 
@@ -62,6 +63,11 @@ class Lowerer:
             return v
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             return self.b.const(v)
+        if isinstance(v, TableFunction):
+            raise _Fail(node, f"'{v.name}' is a table; call it with its argument, e.g. {v.name}(x)")
+        if isinstance(v, TableSet):
+            raise _Fail(node, f"'{v.name}' is a potential; use its tables or constants ({v.names()}), "
+                              f"e.g. {v.name}.{next(iter(v.tables), 'cutoff')}(...)")
         raise _Fail(node, f"expected an array expression, got {v!r}")
 
     def _emit(self, node, op, *args, **attrs):
@@ -143,6 +149,12 @@ class Lowerer:
         return result
 
     def _Attribute(self, node, env):
+        owner = env.get(node.value.id) if isinstance(node.value, ast.Name) else None
+        if isinstance(owner, TableSet):
+            got = owner.attribute(node.attr)
+            if got is None:
+                raise _Fail(node, f"potential '{owner.name}' has no '{node.attr}' (it has {owner.names()})")
+            return got if isinstance(got, TableFunction) else self.b.const(got)
         if node.attr != "T":
             raise _Fail(node, f"unsupported attribute '.{node.attr}' (only .T)")
         v = self._var(node.value, env)
@@ -178,6 +190,12 @@ class Lowerer:
         return self._emit(node, "getitem", v, index=tuple(index))
 
     def _Call(self, node, env):
+        table, indices = self._table(node.func, env)
+        if table is not None:
+            if len(node.args) != 1 or node.keywords:
+                raise _Fail(node, f"table '{table.name}' takes one argument")
+            return table.apply(self._call(node, env, table.name), self._var(node.args[0], env),
+                               [self._var(i, env) for i in indices], node)
         if not isinstance(node.func, ast.Name):
             raise _Fail(node.func, "only named functions can be called")
         name = node.func.id
@@ -189,6 +207,21 @@ class Lowerer:
         if fn is None:
             raise _Fail(node.func, f"unknown function '{name}'")
         return fn(self._call(node, env))
+
+    def _table(self, func, env):
+        """(TableFunction, index nodes) if `func` names a table: F, cu.F, F[i], cu.rho[a, b]; else (None, None)."""
+        indices = []
+        if isinstance(func, ast.Subscript):
+            indices = func.slice.elts if isinstance(func.slice, ast.Tuple) else [func.slice]
+            func = func.value
+        if isinstance(func, ast.Name):
+            got = env.get(func.id)
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+                and isinstance(env.get(func.value.id), TableSet):
+            got = self._Attribute(func, env)
+        else:
+            return None, None
+        return (got, indices) if isinstance(got, TableFunction) else (None, None)
 
     def _call(self, node, env, name=None):
         return Call(name or node.func.id, node, self.b, lambda n: self._var(n, env), lambda n: self._static(n, env))

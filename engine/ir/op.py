@@ -8,7 +8,9 @@ entry. This module imports nothing of the IR, so the core and the entries can bo
 
 Lowering, by kind:
 - elementwise: `lower` is a Python expression template over the scalar arguments ("np.exp({0})"),
-  or a function of their expressions returning one; valid inside loop nests and straight-line code;
+  or a function of their expressions (and the equation's attributes, as keywords) returning one;
+  valid inside loop nests and straight-line code; an argument listed in `whole` is given as the
+  name of its flat array instead of an element;
   `helpers` names the functions of engine/numeric/scalar.py it calls (as `__name`);
 - reduce: `lower` is a `Reduction` (the initial value, the update statement);
 - view: `lower(offset, strides, e)` -> (offset, strides) of the result over the argument's storage,
@@ -22,6 +24,7 @@ scalar Vars); elementwise, reduce and view ops get a generic one by kind.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -54,6 +57,8 @@ class Op:
     commutative: bool = False   # CSE canonicalizes argument order
     function: str | None = None  # the model language's name for it, if it is a plain function
     arity: int | None = None    # number of arguments, where fixed
+    whole: tuple = ()           # elementwise: positions of arguments passed whole (a param's array,
+                                # e.g. a table's coefficients), not broadcast element by element
 
 
 OPS: dict[str, Op] = {}
@@ -66,6 +71,15 @@ def register(op: Op) -> Op:
         raise ValueError(f"op '{op.name}': unknown kind '{op.kind}'")
     OPS[op.name] = op
     return op
+
+
+def literal(x):
+    """A float as Python source for generated code (numba reads np.inf and np.nan)."""
+    if math.isnan(x):
+        return "np.nan"
+    if math.isinf(x):
+        return "np.inf" if x > 0 else "-np.inf"
+    return repr(float(x))
 
 
 def broadcast_shapes(opname, shapes):

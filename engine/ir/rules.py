@@ -95,9 +95,9 @@ def _same_shape_masks(e, mask):
 
 
 def from_partials(partials):
-    """The rules of an elementwise op from partials(out, *args) -> one partial (or None) per arg."""
+    """The rules of an elementwise op from partials(out, *args, **attrs) -> one partial (or None) per arg."""
     def jvp(e, ts, bs):
-        ps = partials(e.out, *e.args)
+        ps = partials(e.out, *e.args, **dict(e.attrs))
         terms = [lift(t, bs, e.out.rank) * p for t, p in zip(ts, ps) if t is not None and p is not None]
         if not terms:
             return None
@@ -107,7 +107,7 @@ def from_partials(partials):
         return to_shape(total, bs, e.out.shape)
 
     def vjp(e, ct, bs, mask=None):
-        ps = partials(e.out, *e.args)
+        ps = partials(e.out, *e.args, **dict(e.attrs))
         return [None if p is None or a.dtype == "bool" else unbroadcast(_guard(ct * p, mask), bs, a.shape)
                 for a, p in zip(e.args, ps)]
     return Rule(jvp, vjp, _same_shape_masks)

@@ -4,6 +4,8 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from .tables import table  # noqa: F401  (the table op's compiled form lives beside its reference)
+
 
 @njit(inline="always", error_model="numpy")
 def sign(x):

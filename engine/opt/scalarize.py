@@ -66,11 +66,16 @@ def scalarize(graph: Graph, symmetric=None, limit=MAX_EQNS) -> Graph | None:
     try:
         with b.active():
             for v in [*graph.inputs.values(), *graph.params.values()]:
-                env[v] = elements(v.shape, lambda idx, v=v: b.emit("getitem", v, index=idx) if idx else v)
+                # a large param (a table's coefficients) is only read whole, never element by element
+                env[v] = v if v.size > MAX_SIZE else \
+                    elements(v.shape, lambda idx, v=v: b.emit("getitem", v, index=idx) if idx else v)
             for e in graph.eqns:
                 op = OPS[e.op]
                 form = op.scalar or _GENERIC[op.kind]
-                env[e.out] = form(b, e, [env[a] for a in e.args])
+                xs = [a if k in op.whole else env[a] for k, a in enumerate(e.args)]
+                if any(x is a for k, (x, a) in enumerate(zip(xs, e.args)) if k not in op.whole):
+                    return None
+                env[e.out] = form(b, e, xs)
             outputs = {}
             for name, v in graph.outputs.items():
                 arr = env[v]
@@ -106,9 +111,10 @@ def _mirror(arr, r):
 
 # the element forms of whole kinds; structural ops give their own (Op.scalar)
 def _elementwise(b, e, xs):
-    attrs = dict(e.attrs)
-    xs = [np.broadcast_to(x, e.out.shape) for x in xs]
-    return elements(e.out.shape, lambda idx: b.emit(e.op, *[x[idx] for x in xs], **attrs))
+    attrs, whole = dict(e.attrs), OPS[e.op].whole
+    xs = [x if k in whole else np.broadcast_to(x, e.out.shape) for k, x in enumerate(xs)]
+    return elements(e.out.shape, lambda idx: b.emit(e.op, *[x if k in whole else x[idx] for k, x in enumerate(xs)],
+                                                    **attrs))
 
 
 def _reduce(b, e, xs):

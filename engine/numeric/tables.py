@@ -1,0 +1,144 @@
+"""Tabulated functions: values on a uniform grid, interpolated exactly as LAMMPS's pair_eam does.
+
+`coefficients` is PairEAM::interpolate: per node a cubic Hermite piece whose slopes come from the
+5-point finite-difference formula (2- and 3-point at the two nodes of each end), stored as 7
+coefficients per node: [0..2] the derivative's quadratic (already divided by dx), [3..6] the value's
+cubic, both in p, the position inside the piece. `evaluate` is the reference of the `table` op
+(engine/ir/ops/tables.py), and `table` below is its compiled form; both follow pair_eam's compute():
+
+    p = (x - x0) / dx + 1,  m = max(1, min(int(p), n - 1)),  p = min(p - m, 1)
+
+with 1-based nodes. So above the last node the value is held at the last node's value and the slope
+at the last node's slope (LAMMPS's r tables), unless `xlin` is finite: above xlin the value grows
+linearly with that slope (LAMMPS's F(rho) above rhomax). Below the first node the first piece's
+cubic is extended. A NaN argument gives NaN (LAMMPS would read the last node).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+MIN_NODES = 5       # the 5-point slope formula needs five nodes
+
+
+@dataclass(frozen=True, eq=False)
+class TableData:
+    """Tabulated functions on one grid: values (*lead, n) at x0 + k dx; `lead` axes select a table
+    (species). xlin: above it the value is extended linearly (inf: held at the last node). over_x:
+    the function is values(x) / x (LAMMPS's r*phi tables)."""
+    values: np.ndarray
+    x0: float
+    dx: float
+    xlin: float = math.inf
+    over_x: bool = False
+
+    @property
+    def lead(self):
+        return tuple(self.values.shape[:-1])
+
+    @property
+    def n(self):
+        return int(self.values.shape[-1])
+
+    def coefficients(self):
+        """(T, n, 7): the spline coefficients of every table, T = prod(lead)."""
+        flat = self.values.reshape(-1, self.n)
+        return np.stack([coefficients(f, self.dx) for f in flat]) if flat.shape[0] else np.zeros((0, self.n, 7))
+
+
+def coefficients(f, dx):
+    """The (n, 7) spline coefficients of node values f (n,) on spacing dx, bit for bit as LAMMPS's
+    PairEAM::interpolate computes them (the same operations in the same order)."""
+    f = np.asarray(f, dtype=np.float64)
+    n = f.shape[0]
+    s = np.zeros((n, 7))
+    s[:, 6] = f
+    s[0, 5] = f[1] - f[0]
+    s[1, 5] = 0.5 * (f[2] - f[0])
+    s[n - 2, 5] = 0.5 * (f[n - 1] - f[n - 3])
+    s[n - 1, 5] = f[n - 1] - f[n - 2]
+    if n > 4:
+        s[2:n - 2, 5] = ((f[0:n - 4] - f[4:n]) + 8.0 * (f[3:n - 1] - f[1:n - 3])) / 12.0
+    d = f[1:] - f[:-1]
+    s[:-1, 4] = 3.0 * d - 2.0 * s[:-1, 5] - s[1:, 5]
+    s[:-1, 3] = s[:-1, 5] + s[1:, 5] - 2.0 * d
+    s[:, 2] = s[:, 5] / dx
+    s[:, 1] = 2.0 * s[:, 4] / dx
+    s[:, 0] = 3.0 * s[:, 3] / dx
+    return s
+
+
+def evaluate(coef, x, t, x0, rdx, n, xlin, order):
+    """numpy reference: derivative `order` (0 = the value) of table t (flat index into the leading
+    axes of coef, shape (T, n, 7)) at x; xlin = inf where the table is held above its last node.
+    Vectorized over x and t; an invalid t gives NaN."""
+    x, t = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(t, dtype=np.float64))
+    ok = (t >= 0) & (t < coef.shape[0]) & (t == np.floor(t))
+    ti = np.where(ok, t, 0).astype(np.int64)
+    p = (x - x0) * rdx + 1.0
+    with np.errstate(invalid="ignore"):
+        m = np.where(p >= n, n - 1, np.where(p >= 1.0, np.floor(np.where(np.isfinite(p), p, 1.0)), 1.0))
+    m = m.astype(np.int64)
+    p = p - m
+    clamped = p > 1.0
+    p = np.where(clamped, 1.0, p)
+    c = coef[ti, m - 1]
+    c0, c1, c2, c3, c4, c5, c6 = (c[..., k] for k in range(7))
+    if order == 0:
+        y = ((c3 * p + c4) * p + c5) * p + c6
+        y = np.where(x > xlin, y + ((c0 * p + c1) * p + c2) * (x - xlin), y)
+    elif order == 1:
+        y = (c0 * p + c1) * p + c2
+    elif order == 2:
+        y = np.where(clamped, 0.0, (2.0 * c0 * p + c1) * rdx)
+    else:
+        y = np.where(clamped, 0.0, 2.0 * c0 * rdx * rdx)
+    return np.where(ok, y, np.nan)
+
+
+@njit(inline="always", error_model="numpy")
+def table(c, t, ntab, x, x0, rdx, n, xlin, order):
+    """Compiled form of `evaluate` for one element: c is the flat (T * n * 7) coefficient array."""
+    if not (t >= 0.0 and t < ntab and t == math.floor(t)):
+        return np.nan
+    p = (x - x0) * rdx + 1.0
+    if p >= n:
+        m = n - 1
+    elif p >= 1.0:
+        m = int(p)
+    else:
+        m = 1                          # also a NaN p, which then propagates
+    p -= m
+    clamped = p > 1.0
+    if clamped:
+        p = 1.0
+    k = (int(t) * n + m - 1) * 7
+    if order == 0:
+        y = ((c[k + 3] * p + c[k + 4]) * p + c[k + 5]) * p + c[k + 6]
+        if x > xlin:
+            y += ((c[k] * p + c[k + 1]) * p + c[k + 2]) * (x - xlin)
+        return y
+    if order == 1:
+        return (c[k] * p + c[k + 1]) * p + c[k + 2]
+    if clamped:
+        return 0.0
+    if order == 2:
+        return (2.0 * c[k] * p + c[k + 1]) * rdx
+    return 2.0 * c[k] * rdx * rdx
+
+
+def check_grid(x, where):
+    """(x0, dx) of grid points x that must be uniform and increasing; a ValueError names the problem."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 1 or x.shape[0] < MIN_NODES:
+        raise ValueError(f"{where}: a table needs at least {MIN_NODES} grid points, got {x.size}")
+    steps = np.diff(x)
+    dx = (x[-1] - x[0]) / (x.shape[0] - 1)
+    if not dx > 0 or np.any(np.abs(steps - dx) > 1e-9 * max(abs(x[0]), abs(x[-1]), dx)):
+        bad = int(np.argmax(np.abs(steps - dx)))
+        raise ValueError(f"{where}: the grid is not uniform and increasing (step {bad} is {steps[bad]!r}, "
+                         f"the mean step {dx!r})")
+    return float(x[0]), float(dx)
