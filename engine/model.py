@@ -9,7 +9,7 @@ import numpy as np
 
 from . import potentials
 from .errors import SpecError
-from .ir.builtins.tables import TableFunction, TableSet
+from .ir.builtins.tables import ConstantTable, TableFunction, TableSet
 from .ir.core import Builder, Graph, Var
 from .ir.interp import interpret
 from .ir.lower import Lowerer
@@ -72,7 +72,16 @@ def _override_tables(decl, old, new):
         if b is None or (a.values.shape, a.x0, a.dx, a.xlin, a.over_x) != (b.values.shape, b.x0, b.dx, b.xlin, b.over_x):
             raise decl.loc.error(f"params.{decl.name}: the override's grid or species differ from the model's "
                                  f"(compiled in); change the model instead")
-    return {key: data.coefficients() for key, data in news.items()}
+    out = {key: data.coefficients() for key, data in news.items()}
+    if isinstance(old, potentials.Potential):
+        for attr, a in old.constants.items():
+            a, b = np.asarray(a, dtype=np.float64), np.asarray(new.constants.get(attr, np.nan), dtype=np.float64)
+            if a.shape != b.shape or (a.size == 1 and not np.array_equal(a, b)):
+                raise decl.loc.error(f"params.{decl.name}: the override's '{attr}' differs from the model's in shape, "
+                                     f"or is a single value compiled in; change the model instead")
+            if a.size > 1:
+                out[f"{decl.name}__{attr}"] = b.ravel()
+    return out
 
 
 def param_value(decl: ParamDecl, earlier: dict) -> np.ndarray:
@@ -183,7 +192,17 @@ def _table_env(name, val, g, values):
                                     data.over_x)
     if not isinstance(val, potentials.Potential):
         return funcs[None]
-    return TableSet(name, funcs, dict(val.constants))
+    constants = {}
+    for attr, c in val.constants.items():
+        c = np.asarray(c, dtype=np.float64)
+        if c.size == 1:             # one species (or a scalar): a compile-time constant
+            constants[attr] = float(c.ravel()[0])
+            continue
+        key = f"{name}__{attr}"
+        values[key] = c.ravel()
+        g.params[key] = Var(values[key].shape)
+        constants[attr] = ConstantTable(f"{name}.{attr}", g.params[key], c.shape)
+    return TableSet(name, funcs, constants)
 
 
 def _split_derivative_name(expr, name, spec):

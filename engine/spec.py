@@ -15,7 +15,7 @@ from yaml.constructor import SafeConstructor
 
 from .errors import SpecError
 from .numeric.tables import check_grid
-from .potentials import READERS, format_of
+from .potentials import READERS, SUFFIXES, format_of
 
 
 @dataclass(frozen=True)
@@ -364,7 +364,7 @@ def _potential(doc, node, where, base_dir):
     if fmt not in READERS:
         at = e.get("format", e["potential"])
         raise doc.error(at, f"{where}: unknown potential format {fmt!r} (known: {', '.join(READERS)}; "
-                            f"give format: when the file name does not end in .eam, .eam.alloy or .eam.fs)")
+                            f"give format: when the file name does not end in {', '.join(SUFFIXES)})")
     elements = doc.name_list(e["elements"], f"{where}.elements") if "elements" in e else None
     return PotentialRef(files, fmt, elements)
 

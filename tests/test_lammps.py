@@ -4,6 +4,7 @@ assembled from dE_dR equal LAMMPS's to 1e-10 relative; second derivatives equal 
 of the gradient."""
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -99,9 +100,8 @@ def test_shipped_cu_example_passes_check_runs_and_equals_lammps(tmp_path):
     """configs/cu_eam.yaml end to end: `adgrad check`, `adgrad run`, forces assembled from the output
     file; LAMMPS reads the same setfl file (written by data/make_cu_eam.py) and the same crystal."""
     import h5py
-    from click.testing import CliRunner
-
     from adgrad.cli.main import cli
+    from click.testing import CliRunner
     root = Path(__file__).resolve().parents[1]
     config = root / "configs" / "cu_eam.yaml"
     res = CliRunner().invoke(cli, ["check", str(config)])
@@ -116,5 +116,94 @@ def test_shipped_cu_example_passes_check_runs_and_equals_lammps(tmp_path):
     e_ref, f_ref, _ = lo.run(x, cell, np.ones(len(x), dtype=int), "eam/alloy",
                              f"* * {root / 'data' / 'Cu_zhou04.eam.alloy'} Cu", (63.546,))
     assert np.abs(E - e_ref).max() <= 1e-10 * np.abs(e_ref).max()
+    f = atoms.forces(g, index)
+    assert np.abs(f - f_ref).max() <= 1e-10 * np.abs(f_ref).max()
+
+
+# ---- three-body potentials: the shipped models, with LAMMPS's own parameter files ----------------------
+THREE_BODY = {  # name: (model in configs/, pair style, potential file, elements, masses, lattice)
+    "sw": ("si_sw_model.yaml", "sw", "Si.sw", ("Si",), (28.0855,), ("diamond", 5.431, 0.15)),
+    "tersoff": ("si_tersoff_model.yaml", "tersoff", "Si.tersoff", ("Si",), (28.0855,), ("diamond", 5.431, 0.25)),
+    "tersoff-SiC": ("si_tersoff_model.yaml", "tersoff", "SiC.tersoff", ("Si", "C"), (28.0855, 12.011),
+                    ("zincblende", 4.36, 0.1)),
+}
+
+
+def three_body_model(tmp_path, case, shapes=None):
+    model, _, potfile, elements, *_ = THREE_BODY[case]
+    text = (Path(__file__).resolve().parents[1] / "configs" / model).read_text()
+    el = f", elements: [{', '.join(elements)}]" if len(elements) > 1 else ""
+    text = re.sub(r"\{potential: [^}]*\}", f"{{potential: {lo.potential(potfile)}{el}}}", text)
+    path = tmp_path / model
+    path.write_text(text)
+    return api.load_model(str(path), input_shapes=shapes)
+
+
+def crystal(case, reps, seed):
+    lattice, a, jitter = THREE_BODY[case][5]
+    x, cell = lo.diamond(a, reps, jitter, seed)
+    types = np.ones(len(x), dtype=int)
+    if lattice == "zincblende":      # the second fcc sublattice of the diamond structure is the second element
+        types = np.tile([1, 1, 1, 1, 2, 2, 2, 2], len(x) // 8)
+    return x, cell, types
+
+
+def three_body_inputs(tmp_path, case, reps=2, seed=3):
+    x, cell, types = crystal(case, reps, seed)
+    pot = three_body_model(tmp_path, case).tables
+    cutoff = float(np.max((pot["sw"] if case == "sw" else pot["ts"]).constants["cut"]))
+    nb = atoms.neighbours(x, cell, cutoff, types - 1)
+    n = nb["R"].shape[1]
+    model = three_body_model(tmp_path, case, {"R": [n, 3], "valid": [n], "sn": [n]} if case != "sw"
+                             else {"R": [n, 3], "valid": [n]})
+    inputs = site_inputs(nb) if case != "sw" else {"R": nb["R"], "valid": nb["valid"]}
+    return x, cell, types, nb, model, inputs
+
+
+@pytest.mark.parametrize("case", sorted(THREE_BODY))
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_three_body_total_energy_and_forces_equal_lammps(tmp_path, case, mode):
+    _, style, potfile, elements, masses, _ = THREE_BODY[case]
+    x, cell, types, nb, model, inputs = three_body_inputs(tmp_path, case)
+    _, f_ref, pe = lo.run(x, cell, types, style, f"* * {lo.potential(potfile)} {' '.join(elements)}", masses)
+    out = api.compile_model(model, derivatives=[("E", "R")], mode=mode).evaluate(inputs)
+    f = atoms.forces(out["dE_dR"], nb["index"])
+    assert out["E"].sum() == pytest.approx(pe, rel=1e-10)
+    assert np.abs(f - f_ref).max() <= 1e-10 * np.abs(f_ref).max()
+
+
+@pytest.mark.parametrize("case", ["sw", "tersoff-SiC"])
+def test_three_body_second_derivatives_equal_differences_of_the_gradient(tmp_path, case):
+    *_, nb, model, inputs = three_body_inputs(tmp_path, case, reps=1, seed=5)
+    k = api.compile_model(model, derivatives=[("E", "R"), ("E", ["R", "R"])])
+    pts = {key: v[:3] for key, v in inputs.items()}
+    out = k.evaluate(pts)
+    n = pts["R"].shape[1]
+    h = 1e-5
+    for j in range(n):
+        for c in range(3):
+            up = {**pts, "R": pts["R"].copy()}
+            dn = {**pts, "R": pts["R"].copy()}
+            up["R"][:, j, c] += h
+            dn["R"][:, j, c] -= h
+            fd = (k.evaluate(up)["dE_dR"] - k.evaluate(dn)["dE_dR"]) / (2 * h)
+            np.testing.assert_allclose(out["d2E_dR_dR"][:, :, :, j, c], fd, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name, style, pot", [("si_sw", "sw", "Si_sw85.sw"), ("si_tersoff", "tersoff", "Si_tersoff88.tersoff")])
+def test_shipped_si_examples_equal_lammps_on_our_parameter_files(tmp_path, name, style, pot):
+    import h5py
+    from adgrad.cli.main import cli
+    from click.testing import CliRunner
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "si.h5"
+    res = CliRunner().invoke(cli, ["run", str(root / "configs" / f"{name}.yaml"), "-o", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    with h5py.File(root / "data" / "si_points.h5", "r") as f:
+        x, cell, index = f["positions"][()], f.attrs["cell"], f["index"][()]
+    with h5py.File(out, "r") as f:
+        E, g = f["E"][()], f["dE_dR"][()]
+    _, f_ref, pe = lo.run(x, cell, np.ones(len(x), dtype=int), style, f"* * {root / 'data' / pot} Si", (28.0855,))
+    assert E.sum() == pytest.approx(pe, rel=1e-10)
     f = atoms.forces(g, index)
     assert np.abs(f - f_ref).max() <= 1e-10 * np.abs(f_ref).max()

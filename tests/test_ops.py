@@ -27,7 +27,7 @@ SHAPES = {"x": (8,), "y": (8,), "s": (), "X": (3, 4), "P": (4,), "T": (8,)}
 # params: two tables of 7 nodes on [-1, 2] (the table op reads its coefficients whole)
 TABLE = TableData(np.array([[0.3, -1.0, 2.0, 0.5, 0.5, 4.0, -2.0], [1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0]]),
                   x0=-1.0, dx=0.5, xlin=1.5)
-PARAMS = {"C": TABLE.coefficients()}
+PARAMS = {"C": TABLE.coefficients(), "A": np.array([2.5, -np.inf])}
 POINTS = 48
 ULPS = 4            # numba calls libm; numpy has SIMD loops of its own for some functions
 
@@ -99,6 +99,7 @@ CASES = {
     **{op: _cmp(op) for op in ("lt", "le", "gt", "ge", "eq", "ne")},
 }
 TABLE_CASES = [_table(0), _table(0, xlin=np.inf), _table(1), _table(2), _table(3)]
+CASES["take"] = lambda b, v: b.emit("take", v["A"], v["T"])
 
 
 def elementwise_case(name):

@@ -288,3 +288,57 @@ def test_unknown_element_and_format_are_refused(tmp_path):
         api.load_model(potential_model(tmp_path, SETFL, extra=", elements: [Cu]"))
     with pytest.raises(SpecError, match="unknown potential format"):
         api.load_model(potential_model(tmp_path, SETFL, suffix=".txt"))
+
+
+SW_FILE = """\
+# a comment
+Si Si Si 2.1683 2.0951 1.80 21.0 1.20 -0.333333333333
+         7.049556277 0.6022245584 4.0 0.0 0.0
+"""
+
+
+@pytest.mark.parametrize("text, line, message", [
+    (SW_FILE.replace("21.0", "x21"), 2, "'x21' is not a number"),
+    (SW_FILE.replace("0.0 0.0\n", "0.0\n"), 2, "the file ends inside an entry"),
+    (SW_FILE.replace("0.0 0.0\n", "0.0 0.0 9\n"), 2, "this one has 15"),
+    (SW_FILE + "Si Si C 1 1 1 1 1 1 1 1 1 1 1\n", 1, "no entry for the triplet"),
+    (SW_FILE + SW_FILE.split("\n", 1)[1], 4, "given twice"),
+    ("# nothing\n", 1, "no Stillinger-Weber entries"),
+])
+def test_malformed_three_body_files_name_file_and_line(tmp_path, text, line, message):
+    (tmp_path / "p.sw").write_text(text)
+    path = write(tmp_path, """
+        adgrad: 1
+        name: sw
+        inputs:
+          r: []
+        params:
+          p: {potential: p.sw}
+        outputs:
+          E: p.A * r
+    """)
+    with pytest.raises(SpecError) as err:
+        api.load_model(path)
+    assert message in err.value.message, err.value.message
+    assert err.value.path == str(tmp_path / "p.sw") and err.value.line == line
+
+
+def test_three_body_constants_by_species(tmp_path):
+    text = "".join(f"{a} {b} {c} " + " ".join(str(v) for v in range(1, 12)) + f" \n"
+                   for a in ("X", "Y") for b in ("X", "Y") for c in ("X", "Y")).replace(
+        "Y X Y 1 2", "Y X Y 100 2")
+    (tmp_path / "p.sw").write_text(text)
+    path = write(tmp_path, """
+        adgrad: 1
+        name: sw
+        inputs:
+          s: [4]
+        params:
+          p: {potential: p.sw, elements: [Y, X]}
+        outputs:
+          E: p.epsilon[s, 1, s] + p.cut[0, 0, 0]
+    """)
+    k = api.compile_model(api.load_model(path))
+    E = k.evaluate({"s": np.array([[0.0, 1.0, 2.0, 0.5]])})["E"][0]
+    # species 0 is Y: (Y, X, Y) has epsilon 100; a = 3, sigma = 2: cut 6; invalid indices give NaN
+    assert E[0] == 106.0 and E[1] == 7.0 and np.isnan(E[2]) and np.isnan(E[3])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..ir.core import Builder, Var
 from ..ir.op import OPS
-from ..ir.rules import IndexContribution, batched_index, from_jacobians, from_partials
+from ..ir.rules import IndexContribution, batched_index, from_jacobians, from_partials, hard_zeros
 
 
 def _custom_rule_as_eqn_rule(rule, b):
@@ -96,6 +96,7 @@ def jacobian_reverse(b: Builder, custom: dict, wrt: Var, of: Var, seed: Var | No
         return None
     pending = {of: [_seed(b, of) if seed is None else seed]}     # var -> list of Var / IndexContribution
     masks = {}                         # var -> the mask of each pending contribution (see rules.py)
+    hard = set()                       # vars whose cotangent may hold exact zeros of a where (rules.hard_zeros)
     with b.active():
         eqns = list(g.eqns)
         stop = next(i for i, e in enumerate(eqns) if e.out is of)
@@ -112,14 +113,18 @@ def jacobian_reverse(b: Builder, custom: dict, wrt: Var, of: Var, seed: Var | No
                 eq, r = _Call(e.out, args), _custom_rule_as_eqn_rule(rule, b)
             else:
                 args, eq, r = e.args, e, OPS[e.op].rule
-            if r.masks is not None:
-                cts, arg_masks = r.vjp(eq, ct, bs, mask), r.masks(eq, mask)
-            else:
-                cts, arg_masks = r.vjp(eq, ct, bs), [None] * len(args)
+            zeros = e.out in hard or r.zeros
+            with hard_zeros(e.out in hard):
+                if r.masks is not None:
+                    cts, arg_masks = r.vjp(eq, ct, bs, mask), r.masks(eq, mask)
+                else:
+                    cts, arg_masks = r.vjp(eq, ct, bs), [None] * len(args)
             for a, c, m in zip(args, cts, arg_masks):
                 if c is not None and a in live:
                     pending.setdefault(a, []).append(c)
                     masks.setdefault(a, []).append(m)
+                    if zeros:
+                        hard.add(a)
         contribs = pending.get(wrt)
         return None if not contribs else _accumulate(b, contribs, bs + wrt.shape)
 

@@ -15,7 +15,7 @@ from ..parse import parse, span
 from ..spec import Expr, FunctionDecl
 from .builtins import FUNCTIONS, Call, matmul
 from .builtins import Fail as _Fail
-from .builtins.tables import TableFunction, TableSet
+from .builtins.tables import ConstantTable, TableFunction, TableSet
 from .core import Builder, Var
 from .op import OPS, broadcast_shapes
 
@@ -154,6 +154,9 @@ class Lowerer:
             got = owner.attribute(node.attr)
             if got is None:
                 raise _Fail(node, f"potential '{owner.name}' has no '{node.attr}' (it has {owner.names()})")
+            if isinstance(got, ConstantTable):
+                raise _Fail(node, f"'{got.name}' holds one value per species combination; select one with "
+                                  f"{got.name}[{', '.join('ijk'[:len(got.lead)])}]")
             return got if isinstance(got, TableFunction) else self.b.const(got)
         if node.attr != "T":
             raise _Fail(node, f"unsupported attribute '.{node.attr}' (only .T)")
@@ -161,6 +164,14 @@ class Lowerer:
         return self._emit(node, "transpose", v, perm=tuple(reversed(range(v.rank))))
 
     def _Subscript(self, node, env):
+        owner = node.value.value if isinstance(node.value, ast.Attribute) else None
+        if isinstance(owner, ast.Name) and isinstance(env.get(owner.id), TableSet):
+            got = env[owner.id].attribute(node.value.attr)
+            if isinstance(got, float):     # one species: the same model reads it with or without indices
+                return self.b.const(got)
+            if isinstance(got, ConstantTable):
+                items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+                return got.select(self._call(node, env, got.name), [self._var(i, env) for i in items], node)
         v = self._var(node.value, env)
         items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         if len(items) > v.rank:

@@ -12,6 +12,8 @@ an update of a part of its cotangent, which accumulates in place instead of padd
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from dataclasses import dataclass
 
 from .core import Var, current
@@ -78,12 +80,38 @@ class Rule:
     jvp: object                 # jvp(eqn, tangents, bs) -> tangent of eqn.out or None
     vjp: object                 # vjp(eqn, ct, bs[, mask]) -> per argument: Var, IndexContribution or None
     masks: object = None        # elementwise only: masks(eqn, mask) -> per argument, the mask of its cotangent
+    zeros: bool = False         # vjp makes exact zeros that must stay zero downstream (select): hard_zeros
 
 # Masks keep `where` from turning a derivative into NaN (JAX's "double where" problem): the
 # cotangent a branch of select receives is exactly zero where the branch was not taken, but the
 # branch's own partials may be inf or NaN there (sqrt'(0), log'(-1)), and 0 * inf = NaN. So a
 # cotangent carries the condition under which it can be nonzero, and elementwise rules select
 # instead of multiplying where the mask is false.
+
+
+_HARD = contextvars.ContextVar("adgrad_hard_zeros", default=False)
+
+
+@contextlib.contextmanager
+def hard_zeros(on):
+    """Within: the cotangent being propagated may hold exact zeros made by `where` (engine/ad/transform.py
+    sets it for everything downstream of a select), so products with partials keep them zero."""
+    token = _HARD.set(on)
+    try:
+        yield
+    finally:
+        _HARD.reset(token)
+
+
+def hard_product(ct, p):
+    """ct * p for a cotangent ct and a partial p. Where ct may hold hard zeros, an exact zero stays
+    zero even if p is infinite or NaN (the partial of a branch `where` did not take, sqrt'(0) in a
+    padding row), as symbolic zeros do; elsewhere, and for a finite constant p, a plain product."""
+    b = current()
+    c, z = b.const_value(p), b.const_value(ct)
+    if not _HARD.get() or c is not None and c == c and abs(c) != float("inf") or z is not None and z != 0.0:
+        return ct * p
+    return emit("hardmul", ct, p)
 
 
 def _guard(x, mask):
@@ -108,7 +136,7 @@ def from_partials(partials):
 
     def vjp(e, ct, bs, mask=None):
         ps = partials(e.out, *e.args, **dict(e.attrs))
-        return [None if p is None or a.dtype == "bool" else unbroadcast(_guard(ct * p, mask), bs, a.shape)
+        return [None if p is None or a.dtype == "bool" else unbroadcast(_guard(hard_product(ct, p), mask), bs, a.shape)
                 for a, p in zip(e.args, ps)]
     return Rule(jvp, vjp, _same_shape_masks)
 

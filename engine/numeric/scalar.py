@@ -4,7 +4,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from .tables import table  # noqa: F401  (the table op's compiled form lives beside its reference)
+from .tables import table, take  # noqa: F401  (the table ops' compiled forms live beside their references)
 
 
 @njit(inline="always", error_model="numpy")
@@ -23,6 +23,13 @@ def sigmoid(x):
 @njit(inline="always", error_model="numpy")
 def softplus(x):
     return max(x, 0.0) + np.log1p(np.exp(-abs(x)))
+
+
+@njit(inline="always", error_model="numpy")
+def hardmul(d, p):
+    """d * p, but an exact zero d times an infinite or NaN p is zero (a hard zero derivative); the
+    bits of every other product are d * p's."""
+    return d * p if (d != 0.0 or p - p == 0.0) else d * 0.0
 
 
 @njit(inline="always", error_model="numpy")

@@ -130,6 +130,21 @@ def table(c, t, ntab, x, x0, rdx, n, xlin, order):
     return 2.0 * c[k] * rdx * rdx
 
 
+def take_reference(a, t):
+    """numpy reference of the `take` op: a[t] for a flat index t held in a float; NaN if invalid."""
+    t = np.asarray(t, dtype=np.float64)
+    ok = (t >= 0) & (t < a.shape[0]) & (t == np.floor(t))
+    return np.where(ok, a[np.where(ok, t, 0).astype(np.int64)], np.nan)
+
+
+@njit(inline="always", error_model="numpy")
+def take(a, t, n):
+    """Compiled form of `take_reference` for one element (n = a's length)."""
+    if not (t >= 0.0 and t < n and t == math.floor(t)):
+        return np.nan
+    return a[int(t)]
+
+
 def check_grid(x, where):
     """(x0, dx) of grid points x that must be uniform and increasing; a ValueError names the problem."""
     x = np.asarray(x, dtype=np.float64)

@@ -38,7 +38,7 @@ class _ScalarBuilder(Builder):
         self.limit = limit
 
     def _fold(self, op, args, attrs):
-        if op == "mul" and any(self.const_value(a) == 0.0 for a in args):
+        if op in ("mul", "hardmul") and any(self.const_value(a) == 0.0 for a in args):
             return self.const(0.0)
         if op == "div" and self.const_value(args[0]) == 0.0:
             return self.const(0.0)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from .base import Potential
 from .eam import read_fs, read_funcfl, read_setfl
+from .manybody import read_sw, read_tersoff
 
-READERS = {"eam": read_funcfl, "eam/alloy": read_setfl, "eam/fs": read_fs}
-SUFFIXES = {".eam.alloy": "eam/alloy", ".eam.fs": "eam/fs", ".eam": "eam"}
+READERS = {"eam": read_funcfl, "eam/alloy": read_setfl, "eam/fs": read_fs, "sw": read_sw, "tersoff": read_tersoff}
+SUFFIXES = {".eam.alloy": "eam/alloy", ".eam.fs": "eam/fs", ".eam": "eam", ".sw": "sw", ".tersoff": "tersoff"}
 
 
 def format_of(path):
@@ -25,4 +26,4 @@ def read(files, fmt, elements=None) -> Potential:
     return READERS[fmt](files, elements)
 
 
-__all__ = ["READERS", "Potential", "format_of", "read"]
+__all__ = ["READERS", "SUFFIXES", "Potential", "format_of", "read"]

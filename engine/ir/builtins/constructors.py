@@ -96,3 +96,21 @@ def concatenate_fn(call):
 @builtin("stack")
 def stack_fn(call):
     return stack(call, *call.list_argument())
+
+
+@builtin("triu", "tril")
+def triangle(call):
+    """numpy's triu/tril(x, k=0): x with the entries below (triu) or above (tril) the k-th diagonal of its
+    last two axes set to 0 (selected, so an inf or NaN there does not leak, nor into derivatives)."""
+    if not 1 <= len(call.args) <= 2 or any(kw.arg != "k" for kw in call.keywords):
+        raise call.fail(f"{call.name}(x, k=0)")
+    x = call.array(call.args[0])
+    k = call.static(call.args[1]) if len(call.args) == 2 else \
+        (call.static(call.keywords[0].value) if call.keywords else 0)
+    if not isinstance(k, int):
+        raise call.fail(f"{call.name}(): k must be an integer constant")
+    if x.rank < 2:
+        raise call.fail(f"{call.name}(): x must have at least 2 axes, got shape {x.shape}")
+    n, m = x.shape[-2:]
+    keep = np.triu(np.ones((n, m)), k) if call.name == "triu" else np.tril(np.ones((n, m)), k)
+    return call.emit("select", call.emit("gt", call.constant(keep), 0.5), x, 0.0)

@@ -31,17 +31,30 @@ class TableFunction:
                             f"combinations; select one with {self.name}[{', '.join('ijk'[:len(self.lead)])}](x)", at)
         if indices and len(indices) != len(self.lead):
             raise call.fail(f"'{self.name}' takes {len(self.lead)} species index(es), got {len(indices)}", at)
-        t = 0.0
-        for k, i in enumerate(indices):      # the flat index, row-major over the leading axes (Horner)
-            t = call.emit("add", call.emit("mul", t, float(self.lead[k])), i) if k else i
+        t = flat_index(call, indices, self.lead) if indices else 0.0
         y = call.emit("table", self.coef, x, t, x0=self.x0, rdx=1.0 / self.dx, n=self.n, ntab=_prod(self.lead),
                       xlin=self.xlin, order=0)
         return call.emit("div", y, x) if self.over_x else y
 
 
 @dataclass(frozen=True, eq=False)
+class ConstantTable:
+    """Per-species constants of a potential (e.g. Tersoff's A[i, j, k]): the flat param Var `flat` of
+    an array of shape `lead`, read by `take` with a runtime flat index."""
+    name: str
+    flat: Var
+    lead: tuple
+
+    def select(self, call, indices, at):
+        if len(indices) != len(self.lead):
+            raise call.fail(f"'{self.name}' takes {len(self.lead)} species index(es), got {len(indices)}", at)
+        t = flat_index(call, indices, self.lead)
+        return call.emit("take", self.flat, t)
+
+
+@dataclass(frozen=True, eq=False)
 class TableSet:
-    """A potential param: tables (name -> TableFunction) and constants (name -> float)."""
+    """A potential param: tables (name -> TableFunction) and constants (name -> float or ConstantTable)."""
     name: str
     tables: dict
     constants: dict
@@ -55,6 +68,14 @@ class TableSet:
 
     def names(self):
         return ", ".join([*self.tables, *self.constants])
+
+
+def flat_index(call, indices, lead):
+    """The row-major flat index of species indices (Vars) into an array of shape `lead` (Horner)."""
+    t = indices[0]
+    for k, i in enumerate(indices[1:], start=1):
+        t = call.emit("add", call.emit("mul", t, float(lead[k])), i)
+    return t
 
 
 def _prod(shape):

@@ -125,6 +125,31 @@ unary("softplus", lambda x: np.logaddexp(0.0, x), lambda y, x: (emit("sigmoid", 
       helpers=("softplus",))
 unary("erf", _erf, lambda y, x: (2.0 / math.sqrt(math.pi) * emit("exp", -_sq(x)),), "math.erf({0})")
 
+# ---- derivative products: d * p, an exact zero d stays zero whatever p is (ir/rules.hard_product) --------
+def _hardmul(d, p):
+    with np.errstate(invalid="ignore"):
+        return np.where((d != 0) | np.isfinite(p), d * p, d * 0.0)
+
+
+def _hardmul_jvp(e, ts, bs):
+    d, p = e.args
+    td, tp = (None if t is None else lift(t, bs, e.out.rank) for t in ts)
+    # the factor that may be a hard zero goes first: t_d (of a cotangent) and d itself
+    terms = ([emit("hardmul", td, p)] if td is not None else []) + ([emit("hardmul", d, tp)] if tp is not None else [])
+    if not terms:
+        return None
+    return to_shape(terms[0] if len(terms) == 1 else terms[0] + terms[1], bs, e.out.shape)
+
+
+def _hardmul_vjp(e, ct, bs):
+    d, p = e.args
+    return [unbroadcast(emit("hardmul", ct, q), bs, a.shape) for q, a in ((p, d), (d, p))]
+
+
+# its own derivatives are hard products too (a Hessian through a where keeps the zeros)
+register(Op("hardmul", "elementwise", _shape("hardmul", 2), _hardmul, Rule(_hardmul_jvp, _hardmul_vjp),
+            "__hardmul({0}, {1})", per_output(1), helpers=("hardmul",), arity=2))
+
 # ---- functions of two arguments --------------------------------------------------------------------
 binary("minimum", np.minimum, lambda y, a, b: (one_if(emit("le", a, b)), one_if(emit("gt", a, b))),
        "__minimum({0}, {1})", helpers=("minimum",), commutative=True)
@@ -173,4 +198,5 @@ def _select_masks(e, mask):
 
 
 register(Op("select", "elementwise", _shape("select", 3), lambda c, a, b: np.where(c, a, b),
-            Rule(_select_jvp, _select_vjp, _select_masks), "({1} if {0} else {2})", per_output(1), arity=3))
+            Rule(_select_jvp, _select_vjp, _select_masks, zeros=True), "({1} if {0} else {2})", per_output(1),
+            arity=3))

@@ -1,4 +1,5 @@
-"""The `table` op: a tabulated function of one argument, interpolated as LAMMPS's pair_eam does.
+"""Lookups into a param read whole: `table`, a tabulated function of one argument interpolated as
+LAMMPS's pair_eam does, and `take`, an entry of a constant array selected by a runtime index.
 
 table(coef, x, t): derivative `order` of table t at x. coef is a param holding the spline
 coefficients of T tables, shape (T, n, 7) (engine/numeric/tables.py builds them and documents the
@@ -6,6 +7,9 @@ interpolation); it is read whole, not element by element. x and t broadcast like
 arguments; t (a float holding an integer, from species indices) selects the table, and an invalid t
 gives NaN. Attributes: x0, rdx (1/dx), n (nodes), ntab (T), xlin (linear extension above it; inf:
 held) and order. The derivative in x is the same table one order up; the third is the last nonzero.
+
+take(a, t): a[t] for a flat param a (the per-species constants of a potential file) and t a float
+holding an integer (NaN if it is not a valid index). Constants of a potential are not differentiated.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from ...errors import ShapeError
 from ...numeric import tables
 from ..core import current
 from ..op import Op, broadcast_shapes, literal, per_output, register
-from ..rules import from_partials
+from ..rules import from_partials, no_derivative
 
 MAX_ORDER = 3        # the interpolant is a cubic per piece
 
@@ -43,3 +47,13 @@ def _lower(c, x, t, x0, rdx, n, ntab, xlin, order):
 
 register(Op("table", "elementwise", _shape, _numpy, from_partials(_partials), _lower, per_output(12),
             helpers=("table",), arity=3, whole=(0,)))
+
+
+def _take_shape(shapes, dtypes, **attrs):
+    if len(shapes) != 2 or len(shapes[0]) != 1:
+        raise ShapeError("take takes a flat array and an index")
+    return tuple(shapes[1]), "f8"
+
+
+register(Op("take", "elementwise", _take_shape, lambda a, t: tables.take_reference(a, t), no_derivative(),
+            lambda a, t: f"__take({a}, {t}, {a}.shape[0])", per_output(1), helpers=("take",), arity=2, whole=(0,)))

