@@ -38,23 +38,6 @@ import lammps_oracle as lo  # noqa: E402  (tests/lammps_oracle.py loads the lamm
 from adgrad.engine import api  # noqa: E402
 from adgrad.engine.tools import atoms  # noqa: E402
 
-MODEL = """
-    adgrad: 1
-    name: cu_u3_bench
-    inputs:
-      R: [{n}, 3]
-      valid: [{n}]
-    params:
-      cu: {{potential: {pot}}}
-    let:
-      r: norm(R, axis=1)
-      inside: (valid > 0.5) & (r < cu.cutoff)
-      density: sum(where(inside, cu.rho(r), 0.0))
-    outputs:
-      E: cu.F(density) + 0.5 * sum(where(inside, cu.phi(r), 0.0))
-"""
-
-
 @njit(**KERNEL_OPTS)
 def hand(R, valid, Fc, rc, zc, rdr, rdrho, nr, nrho, rhomax, cutsq, E, G):
     """E_i = F(sum_j rho(r_ij)) + 1/2 sum_j phi(r_ij) and dE_i/dR_ij, with pair_eam's lookups."""
@@ -146,10 +129,11 @@ def main(argv=None):
           f"({int(nb['valid'].sum(axis=1).min())}-{int(nb['valid'].sum(axis=1).max())} neighbours), "
           f"neighbour lists {time.perf_counter() - t0:.2f} s")
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:     # the shipped copper model, on LAMMPS's Cu_u3 tables
+        text = (ROOT / "configs" / "cu_eam_model.yaml").read_text()
         path = Path(tmp) / "cu.yaml"
-        path.write_text(textwrap.dedent(MODEL.format(n=n, pot=lo.potential("Cu_u3.eam"))))
-        model = api.load_model(str(path))
+        path.write_text(re.sub(r"\{potential: [^}]*\}", "{potential: %s}" % lo.potential("Cu_u3.eam"), text))
+        model = api.load_model(str(path), input_shapes={"R": [n, 3], "valid": [n], "sn": [n]})
     t0 = time.perf_counter()
     kernel = api.compile_model(model, derivatives=[("E", "R")])
     print(f"  compile_model {time.perf_counter() - t0:.2f} s")
@@ -166,8 +150,10 @@ def main(argv=None):
     def run_hand(R, valid):
         hand(R, valid, Fc, rc, zc, 1.0 / rho.dx, 1.0 / F.dx, rho.n, F.n, F.xlin, cut * cut, E_h, G_h)
 
+    species = {"s": np.zeros(M), "sn": np.zeros((M, n))}
+
     def run_adgrad(R, valid):
-        kernel.compute({"R": R, "valid": valid}, out, ws)
+        kernel.compute({"R": R, "valid": valid, **species}, out, ws)
 
     def run_adgrad_forces(R, valid):
         run_adgrad(R, valid)

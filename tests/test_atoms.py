@@ -3,7 +3,6 @@ equal -dE/dx of the total energy, and the per-atom virials sum to -dE/d(strain).
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -16,34 +15,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "data"))
 from make_crystal import crystal  # noqa: E402
 
-MODEL = """
-    adgrad: 1
-    name: cu_site
-    inputs:
-      R: [{n}, 3]
-      valid: [{n}]
-    params:
-      cu: {{potential: {pot}}}
-    let:
-      r: norm(R, axis=1)
-      inside: (valid > 0.5) & (r < cu.cutoff)
-    outputs:
-      E: cu.F(sum(where(inside, cu.rho(r), 0.0))) + 0.5 * sum(where(inside, cu.phi(r), 0.0))
-"""
 CUTOFF = 6.0       # data/Cu_zhou04.eam.alloy's
 WIDTH = 96         # neighbour slots: enough for a strained fcc crystal within 6 A
 
 
 @pytest.fixture(scope="module")
-def kernel(tmp_path_factory):
-    path = tmp_path_factory.mktemp("atoms") / "cu.yaml"
-    path.write_text(textwrap.dedent(MODEL.format(n=WIDTH, pot=ROOT / "data" / "Cu_zhou04.eam.alloy")))
-    return api.compile_model(api.load_model(str(path)), derivatives=[("E", "R")])
+def kernel():
+    """The shipped copper model (configs/cu_eam_model.yaml) with room for strained crystals."""
+    model = api.load_model(str(ROOT / "configs" / "cu_eam_model.yaml"),
+                           input_shapes={"R": [WIDTH, 3], "valid": [WIDTH], "sn": [WIDTH]})
+    return api.compile_model(model, derivatives=[("E", "R")])
 
 
 def energy_and_gradient(kernel, x, cell):
     nb = atoms.neighbours(x, cell, CUTOFF, max_neighbours=WIDTH)
-    out = kernel.evaluate({"R": nb["R"], "valid": nb["valid"]})
+    out = kernel.evaluate({"R": nb["R"], "valid": nb["valid"], "s": nb["species"].astype(float),
+                           "sn": nb["neighbour_species"].astype(float)})
     return out["E"].sum(), out["dE_dR"], nb
 
 

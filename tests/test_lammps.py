@@ -51,6 +51,19 @@ def site_inputs(nb):
             "sn": nb["neighbour_species"].astype(float)}
 
 
+def assert_hessian_matches_gradient_differences(k, pts, atol, h=1e-5):
+    """d2E_dR_dR against central differences of dE_dR, one neighbour coordinate at a time."""
+    out = k.evaluate(pts)
+    for j in range(pts["R"].shape[1]):
+        for c in range(3):
+            up = {**pts, "R": pts["R"].copy()}
+            dn = {**pts, "R": pts["R"].copy()}
+            up["R"][:, j, c] += h
+            dn["R"][:, j, c] -= h
+            fd = (k.evaluate(up)["dE_dR"] - k.evaluate(dn)["dE_dR"]) / (2 * h)
+            np.testing.assert_allclose(out["d2E_dR_dR"][:, :, :, j, c], fd, rtol=1e-5, atol=atol)
+
+
 @pytest.mark.parametrize("potfile", sorted(CASES))
 def test_eam_energies_and_forces_equal_lammps(tmp_path, potfile):
     style, elements, masses, a = CASES[potfile]
@@ -75,16 +88,7 @@ def test_eam_second_derivatives_equal_differences_of_the_gradient(tmp_path):
     model = eam_model(tmp_path, "Cu_u3.eam", (), {"R": [n, 3], "valid": [n], "sn": [n]})
     k = api.compile_model(model, derivatives=[("E", "R"), ("E", ["R", "R"])])
     pts = {key: v[:4] for key, v in site_inputs(nb).items()}
-    out = k.evaluate(pts)
-    h = 1e-5
-    for j in range(n):
-        for c in range(3):
-            up = {**pts, "R": pts["R"].copy()}
-            dn = {**pts, "R": pts["R"].copy()}
-            up["R"][:, j, c] += h
-            dn["R"][:, j, c] -= h
-            fd = (k.evaluate(up)["dE_dR"] - k.evaluate(dn)["dE_dR"]) / (2 * h)
-            np.testing.assert_allclose(out["d2E_dR_dR"][:, :, :, j, c], fd, rtol=1e-5, atol=1e-7)
+    assert_hessian_matches_gradient_differences(k, pts, atol=1e-7)
 
 
 def test_forces_of_padding_rows_are_zero_in_every_mode(tmp_path):
@@ -177,17 +181,7 @@ def test_three_body_second_derivatives_equal_differences_of_the_gradient(tmp_pat
     *_, nb, model, inputs = three_body_inputs(tmp_path, case, reps=1, seed=5)
     k = api.compile_model(model, derivatives=[("E", "R"), ("E", ["R", "R"])])
     pts = {key: v[:3] for key, v in inputs.items()}
-    out = k.evaluate(pts)
-    n = pts["R"].shape[1]
-    h = 1e-5
-    for j in range(n):
-        for c in range(3):
-            up = {**pts, "R": pts["R"].copy()}
-            dn = {**pts, "R": pts["R"].copy()}
-            up["R"][:, j, c] += h
-            dn["R"][:, j, c] -= h
-            fd = (k.evaluate(up)["dE_dR"] - k.evaluate(dn)["dE_dR"]) / (2 * h)
-            np.testing.assert_allclose(out["d2E_dR_dR"][:, :, :, j, c], fd, rtol=1e-5, atol=1e-6)
+    assert_hessian_matches_gradient_differences(k, pts, atol=1e-6)
 
 
 @pytest.mark.parametrize("name, style, pot", [("si_sw", "sw", "Si_sw85.sw"), ("si_tersoff", "tersoff", "Si_tersoff88.tersoff")])

@@ -136,7 +136,9 @@ def from_partials(partials):
 
     def vjp(e, ct, bs, mask=None):
         ps = partials(e.out, *e.args, **dict(e.attrs))
-        return [None if p is None or a.dtype == "bool" else unbroadcast(_guard(hard_product(ct, p), mask), bs, a.shape)
+        # with a mask, the select zeroes the untaken entries itself: a plain product suffices
+        return [None if p is None or a.dtype == "bool" else
+                unbroadcast(_guard(ct * p if mask is not None else hard_product(ct, p), mask), bs, a.shape)
                 for a, p in zip(e.args, ps)]
     return Rule(jvp, vjp, _same_shape_masks)
 
