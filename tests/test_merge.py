@@ -216,7 +216,7 @@ def test_existing_output_needs_overwrite(run_dir, tmp_path):
     assert res.exit_code == 0, res.output
     assert_same_as_full(run_dir, out, 2)
     res = invoke("merge", shard_paths(run_dir, 2)[0], *shard_paths(run_dir, 2), "--overwrite")
-    assert res.exit_code == 2 and "also one of the shards" in res.stderr
+    assert res.exit_code == 2 and "would replace one of the shards" in res.stderr
 
 
 def test_more_shards_than_points(tmp_path):

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..compile import compile_model
 from ..errors import DataError, JobError
+from ..store import guard
 from ..store.input import InputReader, input_identity
 from ..store.output import OutputFile
 from ..model import build
@@ -98,6 +99,9 @@ def run(config: Config, output=None, threads=None, chunk=None, overwrite=False, 
         raise DataError("--overwrite and --resume exclude each other")
     part = shards.parse(shard) if shard else shards.from_slurm()
     out_path = output_path(config, output, part)
+    reads = guard.config_files(config)
+    guard.check_inputs(reads)
+    guard.check_output(out_path, reads, "--resume" if resume else "--overwrite")
     exists = os.path.exists(out_path)
     if exists and not (overwrite or resume):
         raise DataError(f"{out_path}: output file exists; pass --overwrite to replace it or --resume to finish it")

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..numeric.exactsum import ExactSum
+from ..store import guard
 from ..store.atomic import atomic_h5
 
 EXACT = "_adgrad/exact"
@@ -158,10 +159,11 @@ def merge(out, paths, copy=False, overwrite=False) -> Merged:
     out = os.fspath(out)
     if not paths:
         raise DataError("no shard files given")
+    reads = [(os.fspath(p), "one of the shards") for p in paths]
+    guard.check_inputs(reads)
+    guard.check_output(out, reads + [v for p in paths for v in guard.virtual_sources(os.fspath(p))])
     if os.path.exists(out) and not overwrite:
         raise DataError(f"{out}: output file exists; pass --overwrite to replace it")
-    if any(os.path.realpath(p) == os.path.realpath(out) for p in paths):
-        raise DataError(f"{out}: the output is also one of the shards")
     shards = check_set([read_shard(os.fspath(p)) for p in paths])
     first = shards[0]
     m = int(first.attrs["input_points"])

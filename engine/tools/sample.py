@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DataError, SpecError
+from ..store import guard
 from ..store.atomic import atomic_h5
 from ..model import build
 from ..spec import Config, Model
@@ -108,6 +109,11 @@ class Sampler:
 def write(path, cols, points: int, seed: int = 0, chunk: int = 65536, overwrite=False,
           model: Model | None = None, config: Config | None = None) -> None:
     """Write `points` rows of every column to a new HDF5 file, `chunk` rows at a time, atomically."""
+    # what sample reads: the config and the model with its param files (not the config's input, which
+    # sample may well be asked to write)
+    reads = ([] if config is None else [(config.path, "the config file"), *guard.model_files(config.model, config.params)]) \
+        + ([] if model is None else guard.model_files(model))
+    guard.check_output(path, reads)
     if os.path.exists(path) and not overwrite:
         raise DataError(f"{path}: output file exists; pass --overwrite to replace it")
     attrs = {

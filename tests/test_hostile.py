@@ -1,0 +1,131 @@
+"""Hostile but fair input: commands that would write over a file they read, or whose output path is not
+a file, or whose input is not one. Each row: the files, the command, exit code 2, a phrase of the
+message, no traceback, and no file that existed before changed (sha256) and no output left behind."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from adgrad.cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CONFIG = """\
+adgrad: 1
+model: model.yaml
+input:
+  path: in.h5
+  datasets: {x: points}
+output:
+  path: OUT
+compute:
+  values: [E]
+  derivatives:
+    - {of: E, wrt: x}
+"""
+
+
+def workspace(tmp, out="out.h5"):
+    shutil.copy(ROOT / "configs" / "eam_model.yaml", tmp / "model.yaml")
+    (tmp / "config.yaml").write_text(CONFIG.replace("OUT", out))
+    with h5py.File(tmp / "in.h5", "w") as f:
+        f["points"] = np.random.default_rng(0).random((20, 100))
+    (tmp / "sub").mkdir()
+
+
+def snapshot(tmp):
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in tmp.rglob("*") if p.is_file()}
+
+
+def shards(tmp):
+    """Two complete shard files of the run, for merge."""
+    for i in range(2):
+        res = CliRunner().invoke(cli, ["run", str(tmp / "config.yaml"), "--shard", f"{i}/2", "-q"])
+        assert res.exit_code == 0, res.output
+    return [tmp / "out.shard0of2.h5", tmp / "out.shard1of2.h5"]
+
+
+def link(tmp, kind):
+    target = tmp / "in.h5"
+    if kind == "symlink":
+        os.symlink(target, tmp / "alias.h5")
+    else:
+        os.link(target, tmp / "alias.h5")
+    return "alias.h5"
+
+
+# (id, setup(tmp) -> extra (after the workspace), args(tmp, extra), phrase); "=input" as setup: the
+# config's output.path names the input
+CASES = [
+    ("run -o input", None, lambda t, e: ["run", t / "config.yaml", "-o", t / "in.h5", "--overwrite"],
+     "would replace the input file"),
+    ("run output.path = input", "=input", lambda t, e: ["run", t / "config.yaml", "--overwrite"],
+     "would replace the input file"),
+    ("run -o sub/../input", None, lambda t, e: ["run", t / "config.yaml", "-o", str(t / "sub") + "/../in.h5",
+                                               "--overwrite"], "would replace the input file"),
+    ("run -o config", None, lambda t, e: ["run", t / "config.yaml", "-o", t / "config.yaml", "--overwrite"],
+     "would replace the config file"),
+    ("run -o model", None, lambda t, e: ["run", t / "config.yaml", "-o", t / "model.yaml", "--overwrite"],
+     "would replace the model file"),
+    ("run -o symlink to input", lambda t: link(t, "symlink"),
+     lambda t, e: ["run", t / "config.yaml", "-o", t / e, "--overwrite"], "would replace the input file"),
+    ("run -o hard link to input", lambda t: link(t, "hard"),
+     lambda t, e: ["run", t / "config.yaml", "-o", t / e, "--overwrite"], "would replace the input file"),
+    ("run --resume -o input", None, lambda t, e: ["run", t / "config.yaml", "-o", t / "in.h5", "--resume"],
+     "would replace the input file"),
+    ("run -o directory", None, lambda t, e: ["run", t / "config.yaml", "-o", t / "sub", "--overwrite"],
+     "is a directory"),
+    ("run input is a FIFO", lambda t: (os.remove(t / "in.h5"), os.mkfifo(t / "in.h5")),
+     lambda t, e: ["run", t / "config.yaml"], "not a regular file (a FIFO)"),
+    ("sample -o model", None, lambda t, e: ["sample", t / "model.yaml", "-n", "5", "-o", t / "model.yaml", "--overwrite"],
+     "would replace the model file"),
+    ("sample config -o config", None,
+     lambda t, e: ["sample", t / "config.yaml", "-n", "5", "-o", t / "config.yaml", "--overwrite"],
+     "would replace the config file"),
+    ("merge -o a shard", shards, lambda t, e: ["merge", e[0], *e, "--overwrite"], "would replace one of the shards"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_refused_without_touching_any_file(tmp_path, case):
+    _, setup, args, phrase = case
+    workspace(tmp_path, "in.h5" if setup == "=input" else "out.h5")
+    extra = setup(tmp_path) if callable(setup) else None
+    before = snapshot(tmp_path)
+    result = {}
+
+    def invoke():
+        result["r"] = CliRunner().invoke(cli, [str(a) for a in args(tmp_path, extra)])
+    t = threading.Thread(target=invoke, daemon=True)     # a FIFO must not block the command
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "the command hangs"
+    r = result["r"]
+    assert r.exit_code == 2, r.output
+    assert phrase in r.output, r.output
+    assert "Traceback" not in r.output
+    assert snapshot(tmp_path) == before, "a file that existed before the command changed or appeared"
+
+
+def test_virtual_dataset_with_a_missing_source_is_refused(tmp_path):
+    workspace(tmp_path)
+    paths = shards(tmp_path)
+    res = CliRunner().invoke(cli, ["merge", str(tmp_path / "merged.h5"), *map(str, paths)])
+    assert res.exit_code == 0, res.output
+    # a config reading the merged (virtual) file as its input, after a shard went missing
+    with h5py.File(tmp_path / "merged.h5", "r") as f:
+        assert f["E"].is_virtual
+    (tmp_path / "config2.yaml").write_text(CONFIG.replace("OUT", "out2.h5").replace("in.h5", "merged.h5")
+                                           .replace("{x: points}", "{x: dE_dx}"))
+    os.remove(paths[1])
+    r = CliRunner().invoke(cli, ["run", str(tmp_path / "config2.yaml")])
+    assert r.exit_code == 2 and "source file" in r.output and "is missing" in r.output, r.output
+    assert not (tmp_path / "out2.h5").exists()
