@@ -3,7 +3,9 @@ This is the only place engine errors become click errors (exit 2 for bad input, 
 from __future__ import annotations
 
 import functools
+import os
 import sys
+import traceback
 
 import click
 import yaml
@@ -19,7 +21,10 @@ def fail(message, code):
 
 
 def reports_errors(fn):
-    """Run a command body; spec and data errors exit 2, job errors exit 1, each with a clear message."""
+    """Run a command body; spec and data errors exit 2, job errors exit 1, each with a clear message.
+    The error boundary of every command: a signal outside a run's chunk loop ends it with one line
+    (exit 1), and an unexpected exception is an internal error in one line (exit 1), its traceback
+    shown only with ADGRAD_DEBUG=1."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -28,6 +33,14 @@ def reports_errors(fn):
             fail(str(exc), 2)
         except JobError as exc:
             fail(str(exc), 1)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise                       # click's own: usage errors (exit 2) and exits
+        except KeyboardInterrupt as exc:
+            fail(f"stopped by {exc or 'SIGINT'} before any output was written", 1)
+        except Exception as exc:        # noqa: BLE001  (the boundary: no traceback reaches a user)
+            if os.environ.get("ADGRAD_DEBUG") == "1":
+                traceback.print_exc()
+            fail(f"internal error: {type(exc).__name__}: {exc} (a bug in adgrad; ADGRAD_DEBUG=1 shows where)", 1)
     return wrapper
 
 

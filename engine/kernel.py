@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
+from .codegen.load import seal
 from .ir.core import Graph
 from .numeric.exactsum import ExactSum
 
@@ -61,10 +62,12 @@ class CompiledKernel:
         flags a row whose inputs or results hold a NaN or an infinity. Nothing is checked."""
         rows = [input_rows(inputs[n], v.size) for n, v in self.graph.inputs.items()]
         outs = [outputs[n].reshape(len(outputs[n]), max(1, v.size)) for n, v in self.graph.outputs.items()]
-        if nonfinite is None:
-            self.module.batch(*rows, *self.param_rows(params), *outs, workspace)
-        else:
-            self.module.batch_checked(*rows, *self.param_rows(params), *outs, workspace, nonfinite)
+        driver = self.module.batch if nonfinite is None else self.module.batch_checked
+        compiled = len(driver.signatures)
+        args = (*rows, *self.param_rows(params), *outs, workspace) + (() if nonfinite is None else (nonfinite,))
+        driver(*args)
+        if len(driver.signatures) != compiled:      # this call compiled (or loaded) code: record its sums
+            seal(self.module)
 
     def evaluate(self, inputs: dict, out: dict | None = None, params: dict | None = None, threads=None,
                  nonfinite: np.ndarray | None = None):

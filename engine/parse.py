@@ -38,7 +38,7 @@ def parse(expr: Expr) -> ast.Expression:
             msg = hint or f"unsupported syntax ({what})"
             col, length = span(node, lead)
             raise expr.error(msg, col=col, length=length)
-        if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, str)) or \
+        if isinstance(node, ast.Constant) and not (node.value is None or isinstance(node.value, (int, float, str))) or \
                 isinstance(node, ast.Constant) and isinstance(node.value, bool):
             col, length = span(node, lead)
             raise expr.error(f"unsupported constant {node.value!r}", col=col, length=length)

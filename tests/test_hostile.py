@@ -129,3 +129,61 @@ def test_virtual_dataset_with_a_missing_source_is_refused(tmp_path):
     r = CliRunner().invoke(cli, ["run", str(tmp_path / "config2.yaml")])
     assert r.exit_code == 2 and "source file" in r.output and "is missing" in r.output, r.output
     assert not (tmp_path / "out2.h5").exists()
+
+
+# ---- one error boundary: no traceback, one line, at any moment ------------------------------------------
+def test_an_unexpected_exception_is_one_line_internal_error(tmp_path, monkeypatch):
+    workspace(tmp_path)
+    import adgrad.cli.run as cli_run
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("something adgrad did not expect")
+    monkeypatch.setattr(cli_run, "run_job", broken)
+    r = CliRunner().invoke(cli, ["run", str(tmp_path / "config.yaml")])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert "internal error: RuntimeError: something adgrad did not expect" in r.output
+    monkeypatch.setenv("ADGRAD_DEBUG", "1")
+    r = CliRunner().invoke(cli, ["run", str(tmp_path / "config.yaml")])
+    assert r.exit_code == 1 and "Traceback" in r.output and "internal error" in r.output
+
+
+@pytest.mark.parametrize("delay", [0.1, 0.2, 0.4, 1.0, 2.0])
+def test_sigterm_at_any_moment_exits_cleanly(tmp_path, delay):
+    """From the first instruction of main (imports, compile, the chunk loop): one line, exit 1 (0 if the
+    run finished first), no traceback, the input untouched, and an output only if complete or
+    resumable. (A signal in the first tens of milliseconds, while the interpreter itself starts and
+    before main runs, gets Python's default: the process is killed; nothing was written then.)"""
+    import signal
+    import subprocess
+    import sys
+    import time
+    workspace(tmp_path)
+    before = snapshot(tmp_path)
+    p = subprocess.Popen([sys.executable, "-c", "from adgrad.cli.entry import main; main()", "run",
+                          str(tmp_path / "config.yaml"), "--chunk", "2"], stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode in (0, 1), (p.returncode, err)
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
+    if p.returncode == 1:
+        assert "SIGTERM" in err, err
+    assert all(snapshot(tmp_path).get(f) == h for f, h in before.items())
+    out = tmp_path / "out.h5"
+    if out.exists():
+        with h5py.File(out, "r") as f:
+            assert bool(f.attrs["complete"]) == (p.returncode == 0)
+
+
+def test_axis_none_as_documented_and_none_elsewhere_refused(tmp_path):
+    """docs/model-language.md writes logsumexp(x, axis=None): it means every axis, as numpy's."""
+    (tmp_path / "m.yaml").write_text("adgrad: 1\nname: lse\ninputs:\n  x: [2, 3]\noutputs:\n"
+                                     "  y: logsumexp(x, axis=None)\n  z: sum(x, axis=None)\n")
+    from adgrad.engine import api
+    x = np.random.default_rng(0).normal(size=(4, 2, 3))
+    out = api.compile_model(api.load_model(str(tmp_path / "m.yaml"))).evaluate({"x": x})
+    np.testing.assert_allclose(out["y"], np.log(np.exp(x).sum(axis=(1, 2))), rtol=1e-14)
+    np.testing.assert_allclose(out["z"], x.sum(axis=(1, 2)), rtol=1e-14)
+    (tmp_path / "bad.yaml").write_text("adgrad: 1\nname: bad\ninputs:\n  x: [2]\noutputs:\n  y: sum(x) + None\n")
+    r = CliRunner().invoke(cli, ["check", str(tmp_path / "bad.yaml")])
+    assert r.exit_code == 2 and "None is only allowed as axis=None" in r.output

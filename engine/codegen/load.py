@@ -8,8 +8,10 @@ that compiled a kernel computed other last bits than one that loaded it from the
 bit-for-bit resume and merge; without them the benchmarks measured no slowdown."""
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
+import json
 import os
 import sys
 
@@ -76,19 +78,121 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point):
 
 
 def load(source):
-    """Write `source` to the cache (once) and import it; returns the module."""
+    """Write `source` to the cache (once) and import it; returns the module. A cache entry that does
+    not verify (the source file's text, numba's files against the checksums `seal` wrote) is discarded
+    with a one-line warning and rebuilt, so a damaged cache never breaks a model."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     name = f"adgrad_kernel_{digest}"
     if name in sys.modules:
         return sys.modules[name]
     path = os.path.join(cache_dir(), f"k_{digest}.py")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)           # atomic: concurrent jobs never import a half-written file
+    if not _holds(path, source):
+        if os.path.exists(path):
+            _warn(f"the cached kernel source {path} was damaged; rewritten")
+        _write_atomic(path, source.encode())   # concurrent jobs never import a half-written file
+        _discard_numba_cache(path)
+    else:
+        state = _numba_cache_state(path)
+        if state == "damaged":
+            _warn(f"a compiled kernel in {os.path.dirname(path)}/__pycache__ for {os.path.basename(path)} was "
+                  f"damaged; discarded, recompiling")
+        if state != "ok":           # unverified (never sealed: an older adgrad, a crash): rebuilt quietly
+            _discard_numba_cache(path)
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)        # runs source that our code generator wrote, nothing else
+    _LOADED.append(mod)
     return mod
+
+
+_LOADED = []        # kernel modules of this process: sealed at exit, whoever called their functions
+atexit.register(lambda: [seal(m) for m in _LOADED])
+
+
+# ---- verification of cache entries ------------------------------------------------------------------
+# numba keeps each function's compiled code in __pycache__/k_<digest>.<function>-<line>.pyXY.{nbi,nbc}
+# beside the source; `seal` records their checksums in k_<digest>.sums after a compile, and `load`
+# discards files that do not match (or are not listed) before numba reads them: a truncated index
+# would raise from pickle, a scrambled code file could crash the process.
+
+def _holds(path, source):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read() == source
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _write_atomic(path, data: bytes):
+    tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _numba_files(path):
+    stem = os.path.splitext(os.path.basename(path))[0]
+    d = os.path.join(os.path.dirname(path), "__pycache__")
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return {}
+    return {n: os.path.join(d, n) for n in sorted(names)
+            if n.startswith(stem + ".") and n.endswith((".nbi", ".nbc"))}
+
+
+def _sums_path(path):
+    return os.path.splitext(path)[0] + ".sums"
+
+
+def _sha(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _numba_cache_state(path):
+    """"ok" (every numba file matches its checksum), "damaged" (one does not, or the checksums are
+    unreadable) or "unverified" (files the checksums do not list)."""
+    files = _numba_files(path)
+    if not files:
+        return "ok"
+    try:
+        with open(_sums_path(path), encoding="utf-8") as f:
+            sums = json.load(f)
+        if any(n in sums and sums[n] != _sha(p) for n, p in files.items()):
+            return "damaged"
+        return "ok" if all(n in sums for n in files) else "unverified"
+    except FileNotFoundError:
+        return "unverified"
+    except (OSError, ValueError, AttributeError, TypeError):
+        return "damaged"
+
+
+def _discard_numba_cache(path):
+    for p in [*_numba_files(path).values(), _sums_path(path)]:
+        try:
+            os.remove(p)
+        except OSError:
+            pass
+
+
+def seal(module):
+    """Record the checksums of a kernel module's numba cache files (after a call compiled it, and for
+    every kernel of the process at exit)."""
+    path = module.__file__
+    try:
+        sums = {n: _sha(p) for n, p in _numba_files(path).items()}
+        _write_atomic(_sums_path(path), json.dumps(sums, sort_keys=True).encode())
+    except OSError:
+        pass                    # a cache we cannot write to is only slower, never wrong
+
+
+def _warn(message):
+    print(f"adgrad: warning: {message}", file=sys.stderr)

@@ -99,6 +99,8 @@ class Lowerer:
         return self._as_var(node, self._visit(node, env))
 
     def _Constant(self, node, env):
+        if node.value is None:
+            raise _Fail(node, "None is only allowed as axis=None (every axis)")
         if isinstance(node.value, str):
             raise _Fail(node, "a string is only allowed as the first argument of einsum")
         return self.b.const(node.value)

@@ -1,0 +1,28 @@
+"""The `adgrad` console entry point. Signals are handled from its first instruction, before the
+heavy imports (numba, h5py): SIGTERM or Ctrl-C before a run's chunk loop (which stops at a chunk
+boundary instead) ends the command with one line and exit 1, never with a traceback or a silent -15."""
+import signal
+import sys
+
+
+class Stopped(KeyboardInterrupt):
+    """A signal outside a run's chunk loop; its argument is the signal's name."""
+
+
+def _stop(signum, frame):
+    raise Stopped(signal.Signals(signum).name)
+
+
+def main():
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, _stop)
+    try:
+        from .main import cli
+    except KeyboardInterrupt as exc:
+        print(f"error: stopped by {exc or 'SIGINT'} while starting; nothing was written", file=sys.stderr)
+        sys.exit(1)
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""A damaged compile cache heals itself: truncate, empty or scramble one file of a cached kernel (the
+generated k_*.py, numba's index .nbi or code .nbc) and the next run, in a new process, warns in one
+line, rebuilds the entry and gives the same results; the run after that is quiet again."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(tmp, cache, out):
+    env = dict(os.environ, ADGRAD_CACHE_DIR=str(cache))
+    return subprocess.run([sys.executable, "-c", "from adgrad.cli.main import cli; cli()", "run",
+                           str(ROOT / "configs" / "eam.yaml"),
+                           "-o", str(tmp / out), "-q"], env=env, capture_output=True, text=True, timeout=300)
+
+
+def results(path):
+    with h5py.File(path, "r") as f:
+        return f["E"][()], f["dE_dx"][()]
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cache")
+    cache = tmp / "cache"
+    r = run(tmp, cache, "ref.h5")
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr
+    return tmp, cache, results(tmp / "ref.h5")
+
+
+def damage(path, how):
+    data = path.read_bytes()
+    if how == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "empty":
+        path.write_bytes(b"")
+    else:
+        rng = np.random.default_rng(0)
+        b = bytearray(data)
+        for i in rng.integers(0, len(b), max(1, len(b) // 50)):
+            b[i] = (b[i] + 1 + int(rng.integers(0, 254))) % 256
+        path.write_bytes(bytes(b))
+
+
+@pytest.mark.parametrize("pattern", ["k_*.py", "__pycache__/*.nbi", "__pycache__/*.nbc"])
+@pytest.mark.parametrize("how", ["truncate", "empty", "scramble"])
+def test_a_damaged_entry_is_discarded_and_rebuilt(pristine, tmp_path, pattern, how):
+    src, cache0, (E, g) = pristine
+    cache = tmp_path / "cache"
+    shutil.copytree(cache0, cache)
+    files = sorted(cache.glob(pattern))
+    assert files, f"no {pattern} in the cache"
+    for f in files:
+        damage(f, how)
+    r = run(tmp_path, cache, "out.h5")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    assert [line for line in r.stderr.splitlines() if line.startswith("adgrad: warning:")], r.stderr
+    E2, g2 = results(tmp_path / "out.h5")
+    assert np.array_equal(E, E2) and np.array_equal(g, g2)
+    again = run(tmp_path, cache, "again.h5")
+    assert again.returncode == 0 and "warning" not in again.stderr, again.stderr
