@@ -21,7 +21,11 @@ def main():
     except KeyboardInterrupt as exc:
         print(f"error: stopped by {exc or 'SIGINT'} while starting; nothing was written", file=sys.stderr)
         sys.exit(1)
-    cli()
+    try:
+        cli()
+    finally:        # the command is over and its exit code stands: a late signal must not turn it into -15
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)
 
 
 if __name__ == "__main__":
