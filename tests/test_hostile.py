@@ -18,24 +18,12 @@ from adgrad.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONFIG = """\
-adgrad: 1
-model: model.yaml
-input:
-  path: in.h5
-  datasets: {x: points}
-output:
-  path: OUT
-compute:
-  values: [E]
-  derivatives:
-    - {of: E, wrt: x}
-"""
+from test_cli import CONFIG  # noqa: E402  (the CLI tests' config: model.yaml, in.h5, out.h5)
 
 
 def workspace(tmp, out="out.h5"):
     shutil.copy(ROOT / "configs" / "eam_model.yaml", tmp / "model.yaml")
-    (tmp / "config.yaml").write_text(CONFIG.replace("OUT", out))
+    (tmp / "config.yaml").write_text(CONFIG.replace("out.h5", out))
     with h5py.File(tmp / "in.h5", "w") as f:
         f["points"] = np.random.default_rng(0).random((20, 100))
     (tmp / "sub").mkdir()
@@ -123,7 +111,7 @@ def test_virtual_dataset_with_a_missing_source_is_refused(tmp_path):
     # a config reading the merged (virtual) file as its input, after a shard went missing
     with h5py.File(tmp_path / "merged.h5", "r") as f:
         assert f["E"].is_virtual
-    (tmp_path / "config2.yaml").write_text(CONFIG.replace("OUT", "out2.h5").replace("in.h5", "merged.h5")
+    (tmp_path / "config2.yaml").write_text(CONFIG.replace("out.h5", "out2.h5").replace("in.h5", "merged.h5")
                                            .replace("{x: points}", "{x: dE_dx}"))
     os.remove(paths[1])
     r = CliRunner().invoke(cli, ["run", str(tmp_path / "config2.yaml")])

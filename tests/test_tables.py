@@ -177,6 +177,21 @@ def test_forward_and_reverse_agree(tab_model):
     np.testing.assert_allclose(f["dE_dx"], r["dE_dx"], rtol=1e-13, atol=1e-14)
 
 
+def bad_model(tmp_path, params, expr):
+    """A model of x with the given params lines (at line 7 on) and output y: expr."""
+    lines = "\n".join(f"          {p}" for p in params)
+    return write(tmp_path, f"""
+        adgrad: 1
+        name: bad
+        inputs:
+          x: []
+        params:
+{lines}
+        outputs:
+          y: {expr}
+    """)
+
+
 @pytest.mark.parametrize("param, message", [
     ("{table: [], dx: 0.1}", "at least 5 values"),
     ("{table: [1, 2, 3], dx: 0.1}", "at least 5 values"),
@@ -189,16 +204,7 @@ def test_forward_and_reverse_agree(tab_model):
     ("{table: [1, 2, 3, 4, 5], dx: 1, beyond: wrap}", "'linear' or 'hold'"),
 ])
 def test_bad_tables_are_refused_with_file_and_line(tmp_path, param, message):
-    path = write(tmp_path, f"""
-        adgrad: 1
-        name: bad
-        inputs:
-          x: []
-        params:
-          T: {param}
-        outputs:
-          y: T(x)
-    """)
+    path = bad_model(tmp_path, [f"T: {param}"], "T(x)")
     with pytest.raises(SpecError) as err:
         api.load_model(path)
     assert message in err.value.message and err.value.path == path and err.value.line == 7
@@ -211,17 +217,8 @@ def test_bad_tables_are_refused_with_file_and_line(tmp_path, param, message):
     ("U[0, 1](x)", "takes 1 species index"),
 ])
 def test_table_misuse_is_refused(tmp_path, expr, message):
-    path = write(tmp_path, f"""
-        adgrad: 1
-        name: bad
-        inputs:
-          x: []
-        params:
-          T: {{table: [1, 2, 3, 4, 5], dx: 1}}
-          U: {{table: [[1, 2, 3, 4, 5], [1, 2, 3, 4, 6]], dx: 1}}
-        outputs:
-          y: {expr}
-    """)
+    path = bad_model(tmp_path, ["T: {table: [1, 2, 3, 4, 5], dx: 1}",
+                                "U: {table: [[1, 2, 3, 4, 5], [1, 2, 3, 4, 6]], dx: 1}"], expr)
     with pytest.raises(SpecError) as err:
         api.load_model(path)
     assert message in err.value.message and err.value.line == 10
