@@ -5,6 +5,8 @@ import time
 
 import click
 
+from adgrad.engine.spec import MAX_CHUNK
+
 from adgrad.engine.api import run as run_job
 from adgrad.engine.spec import load_config_file
 
@@ -14,7 +16,7 @@ from .common import reports_errors
 @click.command()
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--threads", type=click.IntRange(min=0), default=None, help="Threads (default: engine.threads, 0 = all cores).")
-@click.option("--chunk", type=click.IntRange(min=1), default=None, help="Points per chunk (default: engine.chunk).")
+@click.option("--chunk", type=click.IntRange(1, MAX_CHUNK), default=None, help="Points per chunk (default: engine.chunk).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Output file (default: output.path).")
 @click.option("--shard", metavar="I/N", default=None,
               help="Compute shard I of N (rows [I*M//N, (I+1)*M//N)) into OUTPUT with .shardIofN before the "

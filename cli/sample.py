@@ -1,6 +1,8 @@
 """`adgrad sample MODEL_OR_CONFIG -n M -o FILE`: a synthetic point cloud for the model's inputs."""
 import click
 
+from adgrad.engine.spec import MAX_CHUNK
+
 from adgrad.engine.tools import sample as sampling
 from adgrad.engine.spec import load_config_file, load_model_file
 
@@ -9,7 +11,7 @@ from .common import is_config, reports_errors
 
 @click.command()
 @click.argument("model_or_config", type=click.Path(dir_okay=False))
-@click.option("-n", "--points", "n", type=click.IntRange(min=0), required=True, help="Number of points M.")
+@click.option("-n", "--points", "n", type=click.IntRange(min=1), required=True, help="Number of points M (at least 1).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="HDF5 file to write.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of numpy's SeedSequence.")
@@ -17,7 +19,7 @@ from .common import is_config, reports_errors
               help="Lower end of every input's range (default: the model's sample: block, else 0).")
 @click.option("--high", type=float, default=None,
               help="Upper end of every input's range (default: the model's sample: block, else 1).")
-@click.option("--chunk", type=click.IntRange(min=1), default=65536, show_default=True,
+@click.option("--chunk", type=click.IntRange(1, MAX_CHUNK), default=65536, show_default=True,
               help="Points per write; memory is bounded by it, the values do not depend on it.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @reports_errors

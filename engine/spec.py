@@ -177,7 +177,7 @@ class ComputeSection:
 @dataclass(frozen=True)
 class EngineSection:
     threads: int = 0            # 0 = all cores
-    chunk: int = 65536
+    chunk: int = 65536          # at most MAX_CHUNK
     nan: str = "propagate"
 
 
@@ -265,6 +265,9 @@ class _Doc:
         if not isinstance(val, list) or not all(isinstance(v, str) for v in val):
             raise self.error(node, f"{where} must be a name or a list of names")
         return tuple(val)
+
+
+MAX_CHUNK = 1 << 30             # points per chunk: more could not be buffered on any machine
 
 
 def _read(path):
@@ -593,8 +596,8 @@ def _engine_section(doc, node):
     if not isinstance(threads, int) or threads < 0:
         raise doc.error(e["threads"], "engine.threads must be a non-negative integer (0 = all cores)")
     chunk = doc.value(e["chunk"]) if "chunk" in e else default.chunk
-    if not isinstance(chunk, int) or chunk < 1:
-        raise doc.error(e["chunk"], "engine.chunk must be a positive integer")
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or not 1 <= chunk <= MAX_CHUNK:
+        raise doc.error(e["chunk"], f"engine.chunk must be an integer from 1 to {MAX_CHUNK:,} (points per chunk)")
     nan = str(doc.value(e["nan"])) if "nan" in e else default.nan
     if nan not in ("propagate", "error"):
         raise doc.error(e["nan"], "engine.nan must be 'propagate' or 'error'")

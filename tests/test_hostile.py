@@ -175,3 +175,47 @@ def test_axis_none_as_documented_and_none_elsewhere_refused(tmp_path):
     (tmp_path / "bad.yaml").write_text("adgrad: 1\nname: bad\ninputs:\n  x: [2]\noutputs:\n  y: sum(x) + None\n")
     r = CliRunner().invoke(cli, ["check", str(tmp_path / "bad.yaml")])
     assert r.exit_code == 2 and "None is only allowed as axis=None" in r.output
+
+
+# ---- every input checked before the output exists ------------------------------------------------------
+def _dataset(kind):
+    def setup(t):
+        with h5py.File(t / "in.h5", "w") as f:
+            if kind == "complex":
+                f["points"] = np.ones((20, 100), dtype=complex)
+            elif kind == "string":
+                f["points"] = np.array([["a" * 3] * 100] * 20, dtype="S3")
+            else:
+                f["points"] = np.zeros((20, 100), dtype=[("a", "f8"), ("b", "i4")])
+    return setup
+
+
+CHECKS = [  # (id, setup, args, env, phrase)
+    ("complex input", _dataset("complex"), ["run", "{t}/config.yaml"], {}, "has dtype complex128"),
+    ("string input", _dataset("string"), ["run", "{t}/config.yaml"], {}, "has dtype |S3"),
+    ("compound input", _dataset("compound"), ["run", "{t}/config.yaml"], {}, "inputs are real numbers"),
+    ("--chunk 10**30", None, ["run", "{t}/config.yaml", "--chunk", str(10 ** 30)], {}, "--chunk"),
+    ("sample -n 0", None, ["sample", "{t}/model.yaml", "-n", "0", "-o", "{t}/s.h5"], {}, "-n"),
+    ("SLURM task id abc", None, ["run", "{t}/config.yaml"],
+     {"SLURM_ARRAY_TASK_ID": "abc", "SLURM_ARRAY_TASK_COUNT": "4"}, "is not an integer"),
+    ("SLURM array with a step", None, ["run", "{t}/config.yaml"],
+     {"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "0",
+      "SLURM_ARRAY_TASK_MAX": "6", "SLURM_ARRAY_TASK_STEP": "2"}, "not a contiguous range"),
+    ("SLURM array as a list", None, ["run", "{t}/config.yaml"],
+     {"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_COUNT": "3", "SLURM_ARRAY_TASK_MIN": "1",
+      "SLURM_ARRAY_TASK_MAX": "7"}, "not a contiguous range"),
+]
+
+
+@pytest.mark.parametrize("case", CHECKS, ids=[c[0] for c in CHECKS])
+def test_checked_before_the_output_exists(tmp_path, case):
+    _, setup, args, env, phrase = case
+    workspace(tmp_path)
+    if setup:
+        setup(tmp_path)
+    before = snapshot(tmp_path)
+    r = CliRunner().invoke(cli, [a.format(t=tmp_path) for a in args], env=env)
+    assert r.exit_code == 2, r.output
+    assert phrase in r.output and "Traceback" not in r.output, r.output
+    assert snapshot(tmp_path) == before
+    assert not list(tmp_path.glob("out*.h5")) and not (tmp_path / "s.h5").exists()

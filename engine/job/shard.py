@@ -46,7 +46,26 @@ def from_slurm(environ=os.environ) -> Shard | None:
     task, count = environ.get("SLURM_ARRAY_TASK_ID"), environ.get("SLURM_ARRAY_TASK_COUNT")
     if task is None or count is None:
         return None
-    index = int(task) - int(environ.get("SLURM_ARRAY_TASK_MIN", 0))
+    names = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX",
+             "SLURM_ARRAY_TASK_STEP")
+    v = {}
+    for name in names:
+        text = environ.get(name)
+        if text is None:
+            continue
+        try:
+            v[name] = int(text)
+        except ValueError:
+            raise DataError(f"{name}={text!r} is not an integer: this is not a SLURM array task "
+                            f"(unset it, or pass --shard I/N)") from None
+    lo = v.get("SLURM_ARRAY_TASK_MIN", 0)
+    if v.get("SLURM_ARRAY_TASK_STEP", 1) != 1 or \
+            "SLURM_ARRAY_TASK_MAX" in v and v["SLURM_ARRAY_TASK_MAX"] - lo + 1 != v["SLURM_ARRAY_TASK_COUNT"]:
+        raise DataError(f"the SLURM array is not a contiguous range (min {lo}, max {v.get('SLURM_ARRAY_TASK_MAX')}, "
+                        f"step {v.get('SLURM_ARRAY_TASK_STEP', 1)}, {v['SLURM_ARRAY_TASK_COUNT']} tasks): use "
+                        f"--array=0-{v['SLURM_ARRAY_TASK_COUNT'] - 1} without a step or a list, or pass --shard I/N")
+    task, count = v["SLURM_ARRAY_TASK_ID"], v["SLURM_ARRAY_TASK_COUNT"]
+    index = task - lo
     if not 0 <= index < int(count):
         raise DataError(f"SLURM array task {task} (min {environ.get('SLURM_ARRAY_TASK_MIN', 0)}, count {count}) "
                         f"is not shard 0..{int(count) - 1}: use a contiguous --array range without a step, "

@@ -35,6 +35,10 @@ class InputReader:
                 raise DataError(f"{path}: dataset '{dname}' has shape {getattr(ds, 'shape', None)}, but input "
                                 f"'{name}' of shape {tuple(shapes[name])} needs (M, {', '.join(map(str, shapes[name]))})"
                                 .replace(", )", ")"))
+            if ds.dtype.kind not in "fiub":
+                self.close()
+                raise DataError(f"{path}: dataset '{dname}' (input '{name}') has dtype {ds.dtype}; inputs are "
+                                f"real numbers (float, integer or boolean datasets, read as float64)")
             if self.points is None:
                 self.points = ds.shape[0]
             elif ds.shape[0] != self.points:
