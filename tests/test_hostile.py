@@ -219,3 +219,20 @@ def test_checked_before_the_output_exists(tmp_path, case):
     assert phrase in r.output and "Traceback" not in r.output, r.output
     assert snapshot(tmp_path) == before
     assert not list(tmp_path.glob("out*.h5")) and not (tmp_path / "s.h5").exists()
+
+
+# ---- one writer per output ------------------------------------------------------------------------------
+def test_a_second_writer_of_one_output_is_refused_and_a_stale_lock_taken_over(tmp_path):
+    from adgrad.engine.store.lock import lock_path, output_lock
+    workspace(tmp_path)
+    out = tmp_path / "out.h5"
+    with output_lock(out):              # another run holds the output
+        r = CliRunner().invoke(cli, ["run", str(tmp_path / "config.yaml")])
+        assert r.exit_code == 2 and "another adgrad run is writing this output" in r.output, r.output
+        assert f"pid {os.getpid()} on host" in r.output
+        assert not out.exists()
+    assert not Path(lock_path(out)).exists()
+    Path(lock_path(out)).write_text("pid 999999 on host long-gone\n")     # its holder was killed
+    r = CliRunner().invoke(cli, ["run", str(tmp_path / "config.yaml"), "-q"])
+    assert r.exit_code == 0, r.output
+    assert out.exists() and not Path(lock_path(out)).exists()

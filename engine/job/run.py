@@ -20,6 +20,7 @@ from ..compile import compile_model
 from ..errors import DataError, JobError
 from ..store import guard
 from ..store.input import InputReader, input_identity
+from ..store.lock import output_lock
 from ..store.output import OutputFile
 from ..model import build
 from ..spec import Config
@@ -102,6 +103,12 @@ def run(config: Config, output=None, threads=None, chunk=None, overwrite=False, 
     reads = guard.config_files(config)
     guard.check_inputs(reads)
     guard.check_output(out_path, reads, "--resume" if resume else "--overwrite")
+    with output_lock(out_path):
+        return _locked(config, out_path, overwrite, resume, part, threads, chunk, progress, resume_hint, t_start)
+
+
+def _locked(config, out_path, overwrite, resume, part, threads, chunk, progress, resume_hint, t_start):
+    """The run, as the one writer of out_path."""
     exists = os.path.exists(out_path)
     if exists and not (overwrite or resume):
         raise DataError(f"{out_path}: output file exists; pass --overwrite to replace it or --resume to finish it")
