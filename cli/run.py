@@ -5,7 +5,7 @@ import time
 
 import click
 
-from adgrad.engine.spec import MAX_CHUNK
+from adgrad.engine.limits import MAX_CHUNK
 
 from adgrad.engine.api import run as run_job
 from adgrad.engine.spec import load_config_file

@@ -1,7 +1,7 @@
 """`adgrad sample MODEL_OR_CONFIG -n M -o FILE`: a synthetic point cloud for the model's inputs."""
 import click
 
-from adgrad.engine.spec import MAX_CHUNK
+from adgrad.engine.limits import MAX_CHUNK
 
 from adgrad.engine.tools import sample as sampling
 from adgrad.engine.spec import load_config_file, load_model_file

@@ -1,6 +1,15 @@
-"""adgrad's engine: model specs -> typed IR -> derivative IR -> numba kernels -> HDF5."""
-from .api import CompiledKernel, compile_model, load_model
+"""adgrad's engine: model specs -> typed IR -> derivative IR -> numba kernels -> HDF5.
+
+The API is imported on first use (PEP 562), so importing `adgrad.engine.version` or an error class
+costs no numba import."""
 from .errors import AdgradError, DataError, JobError, ShapeError, SpecError
 
 __all__ = ["load_model", "compile_model", "CompiledKernel", "AdgradError", "SpecError", "ShapeError",
            "DataError", "JobError"]
+
+
+def __getattr__(name):
+    if name in ("load_model", "compile_model", "CompiledKernel"):
+        from . import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'adgrad.engine' has no attribute {name!r}")

@@ -9,6 +9,7 @@ import numpy as np
 
 from . import potentials
 from .errors import SpecError
+from .limits import MAX_ELEMENTS
 from .ir.builtins.tables import ConstantTable, TableFunction, TableSet
 from .ir.core import Builder, Graph, Var
 from .ir.interp import interpret
@@ -130,6 +131,9 @@ def _h5(decl, v):
         with h5py.File(v.file, "r") as f:
             if v.dataset not in f:
                 raise decl.loc.error(f"params.{decl.name}: dataset '{v.dataset}' not found in {v.file}")
+            if f[v.dataset].size > MAX_ELEMENTS:
+                raise decl.loc.error(f"params.{decl.name}: dataset '{v.dataset}' in {v.file} has "
+                                     f"{f[v.dataset].size:,} elements, more than the limit of {MAX_ELEMENTS:,}")
             arr = np.asarray(f[v.dataset][()], dtype=float)
     except OSError as exc:
         raise decl.loc.error(f"params.{decl.name}: cannot open {v.file}: {exc}") from None

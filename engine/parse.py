@@ -22,6 +22,11 @@ HINTS = {
 }
 
 
+TOO_DEEP = ("the expression is nested too deeply (a limit of Python's parser: a sum written out with more than "
+            "about two thousand terms, or thousands of nested parentheses or signs); split it into let: entries, "
+            "or use sum(...) over an array")
+
+
 def parse(expr: Expr) -> ast.Expression:
     """Parse `expr.text` as one Python expression and reject any construct outside the language."""
     text = expr.text
@@ -30,6 +35,8 @@ def parse(expr: Expr) -> ast.Expression:
     except SyntaxError as exc:
         col = (exc.offset or 1) - 1
         raise expr.error(f"syntax error: {exc.msg}", col=col) from None
+    except (RecursionError, MemoryError):
+        raise expr.error(TOO_DEEP, col=0, length=1) from None
     lead = len(text) - len(text.lstrip())
     for node in ast.walk(tree):
         if not isinstance(node, ALLOWED):

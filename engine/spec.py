@@ -14,6 +14,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 
 from .errors import SpecError
+from .limits import MAX_CHUNK, MAX_ELEMENTS, MAX_YAML_DEPTH, MAX_YAML_VALUES
 from .numeric.tables import check_grid
 from .potentials import READERS, SUFFIXES, format_of
 
@@ -211,6 +212,7 @@ class _Doc:
                             mark.line + 1 if mark else None, mark.column + 1 if mark else None) from None
         if self.root is None:
             raise SpecError("the file is empty", path, 1, 1)
+        _check_expansion(self, self.root)
 
     def loc(self, node):
         return Loc(self.path, node.start_mark.line + 1, node.start_mark.column + 1)
@@ -267,7 +269,40 @@ class _Doc:
         return tuple(val)
 
 
-MAX_CHUNK = 1 << 30             # points per chunk: more could not be buffered on any machine
+
+
+def _check_expansion(doc, root):
+    """Refuse a document that expands beyond MAX_YAML_VALUES values (an alias bomb: a 1 KB file whose
+    aliases repeat each other to billions) or nests deeper than MAX_YAML_DEPTH, without expanding it:
+    sizes are counted once per node and reused for each alias of it."""
+    size, depth, order, seen = {}, {}, [], set()
+    stack = [(root, False)]
+    while stack:                        # iterative post-order over the node graph
+        node, done = stack.pop()
+        if done:
+            kids = _children(node)
+            size[id(node)] = 1 + sum(size[id(k)] for k in kids)
+            depth[id(node)] = 1 + max((depth[id(k)] for k in kids), default=0)
+            if size[id(node)] > MAX_YAML_VALUES:
+                raise doc.error(node, f"this value expands to more than {MAX_YAML_VALUES:,} values "
+                                      f"(YAML aliases repeating each other); the limit keeps a small file "
+                                      f"from exhausting the machine")
+            if depth[id(node)] > MAX_YAML_DEPTH:
+                raise doc.error(node, f"YAML nested more than {MAX_YAML_DEPTH} levels deep")
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((k, False) for k in _children(node) if id(k) not in seen)
+
+
+def _children(node):
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [x for kv in node.value for x in kv]
+    return []
 
 
 def _read(path):
@@ -403,6 +438,9 @@ def _inputs(doc, node, names, input_shapes):
         shape = doc.shape(e["shape"], f"inputs.{name}.shape") if "shape" in e else ()
         if input_shapes and name in input_shapes:
             shape = tuple(input_shapes[name])
+        if math.prod(shape) > MAX_ELEMENTS:
+            raise doc.error(node, f"inputs.{name}: shape {list(shape)} has {math.prod(shape):,} elements per point, "
+                                  f"more than the limit of {MAX_ELEMENTS:,}")
         sample = None
         if "sample" in e:
             r = doc.mapping(e["sample"], f"inputs.{name}.sample", allowed=("low", "high"), required=("low", "high"))

@@ -236,3 +236,41 @@ def test_a_second_writer_of_one_output_is_refused_and_a_stale_lock_taken_over(tm
     r = CliRunner().invoke(cli, ["run", str(tmp_path / "config.yaml"), "-q"])
     assert r.exit_code == 0, r.output
     assert out.exists() and not Path(lock_path(out)).exists()
+
+
+# ---- limits that a model file cannot exceed ---------------------------------------------------------------
+def _limit_cases():
+    bomb = ["  a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"] + \
+        [f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    return [
+        ("alias bomb", "params:\n" + "\n".join(bomb) + "\noutputs:\n  y: x\n", "expands to more than"),
+        ("deep YAML", "params:\n  p: " + "[" * 150 + "1" + "]" * 150 + "\noutputs:\n  y: x\n", "nested more than"),
+        ("arange 1e9", "outputs:\n  y: x * sum(arange(0, 1000000000))\n", "more than the limit of"),
+        ("outer 5000", "outputs:\n  y: sum(outer(x5000, x5000))\n", "more than the limit of"),
+        ("20000-term sum", "outputs:\n  y: " + " + ".join(["x"] * 20000) + "\n", "nested too deeply"),
+        ("5000 signs", "outputs:\n  y: " + "-" * 5000 + "x\n", "nested too deeply"),
+        ("100000-term sum", "outputs:\n  y: " + " + ".join(["x"] * 100000) + "\n", "nested too deeply"),
+    ]
+
+
+@pytest.mark.parametrize("case", _limit_cases(), ids=lambda c: c[0])
+def test_limits_refuse_in_seconds(tmp_path, case):
+    import time
+    _, body, phrase = case
+    (tmp_path / "m.yaml").write_text("adgrad: 1\nname: lim\ninputs:\n  x: []\n  x5000: [5000]\n" + body)
+    t0 = time.perf_counter()
+    r = CliRunner().invoke(cli, ["check", str(tmp_path / "m.yaml")])
+    assert time.perf_counter() - t0 < 20
+    assert r.exit_code == 2 and phrase in r.output and "Traceback" not in r.output, r.output[-500:]
+
+
+def test_a_long_written_out_sum_lowers_without_recursion(tmp_path):
+    """Chains of operators are lowered in a loop: 1,500 terms (beyond Python's recursion limit of
+    frames per term) load; only the parser's own limit (a few thousand) refuses longer ones."""
+    from adgrad.engine import api
+    from adgrad.engine.ir.interp import interpret
+    terms = " + ".join(f"{k % 7} * x" for k in range(1500))
+    (tmp_path / "m.yaml").write_text(f"adgrad: 1\nname: long\ninputs:\n  x: []\noutputs:\n  y: {terms}\n")
+    model = api.load_model(str(tmp_path / "m.yaml"))
+    y = interpret(model.graph, {"x": np.array(2.0)}, {})["y"]
+    assert float(y) == 2.0 * sum(k % 7 for k in range(1500))

@@ -30,7 +30,7 @@ LAYERS = [
     [("spec", ["engine.spec", "engine.parse"])],
     [("potentials", ["engine.potentials"])],
     [("numeric", ["engine.numeric"])],
-    [("errors", ["engine.errors", "engine.version"])],
+    [("errors", ["engine.errors", "engine.version", "engine.limits"])],
 ]
 RANK = {name: rank for rank, row in enumerate(LAYERS) for name, _ in row}
 PREFIXES = sorted(((p, name) for row in LAYERS for name, ps in row for p in ps), key=lambda t: -len(t[0]))

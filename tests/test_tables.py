@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from adgrad.engine import api
 from adgrad.engine.errors import SpecError
-from adgrad.engine.numeric import tables
+from adgrad.engine.numeric import scalar, tables
 
 
 # ---- LAMMPS's PairEAM::interpolate and the lookup of its compute(), transliterated (1-based) ----------
@@ -71,7 +71,7 @@ def test_lookup_is_lammps_bits_inside_and_beyond_the_grid():
     for order in (0, 1):
         got = tables.evaluate(s[None], x, 0.0, 0.0, 1.0 / dx, 40, xlin, order)
         assert np.array_equal(got, want[:, order])
-        compiled = np.array([tables.table(s.ravel(), 0.0, 1, xi, 0.0, 1.0 / dx, 40, xlin, order) for xi in x])
+        compiled = np.array([scalar.table(s.ravel(), 0.0, 1, xi, 0.0, 1.0 / dx, 40, xlin, order) for xi in x])
         assert np.array_equal(compiled, want[:, order])
 
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import ShapeError
+from ..limits import MAX_ELEMENTS, MAX_EQUATIONS
 from .op import OPS, broadcast_shapes
 
 _current = contextvars.ContextVar("adgrad_builder")
@@ -142,8 +145,13 @@ class Builder:
             return hit
         spec = OPS[op]
         shape, dtype = spec.shape([a.shape for a in args], [a.dtype for a in args], **attrs)
+        if math.prod(shape) > MAX_ELEMENTS:
+            raise ShapeError(f"{op}: a value of shape {tuple(shape)} has {math.prod(shape):,} elements per point, "
+                             f"more than the limit of {MAX_ELEMENTS:,}")
         v = Var(tuple(shape), dtype)
         e = Eqn(v, op, tuple(args), attrs_t)
+        if len(self.graph.eqns) >= MAX_EQUATIONS:
+            raise ShapeError(f"the model and its derivatives grew beyond {MAX_EQUATIONS:,} operations, the limit")
         self.graph.eqns.append(e)
         self._remember(e)
         return v

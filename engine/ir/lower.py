@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import SpecError
-from ..parse import parse, span
+from ..parse import TOO_DEEP, parse, span
 from ..spec import Expr, FunctionDecl
 from .builtins import FUNCTIONS, Call, matmul
 from .builtins import Fail as _Fail
@@ -51,6 +51,8 @@ class Lowerer:
         except _Fail as f:
             col, length = span(f.node, tree.lead)
             raise expr.error(f.message, col=col, length=length) from None
+        except RecursionError:
+            raise expr.error(TOO_DEEP, col=0, length=1) from None
         except SpecError as e:
             if e.expr is None:           # a shape rule failed on the whole expression
                 col, length = span(tree.body, tree.lead)
@@ -118,7 +120,17 @@ class Lowerer:
             ast.BitAnd: "and", ast.BitOr: "or"}
 
     def _BinOp(self, node, env):
-        a, b = self._var(node.left, env), self._var(node.right, env)
+        # a chain a + b - c * ... nests to the left: walk its spine in a loop, not by recursion, so the
+        # length of a written-out sum costs no stack
+        spine = [node]
+        while isinstance(spine[-1].left, ast.BinOp):
+            spine.append(spine[-1].left)
+        acc = self._var(spine[-1].left, env)
+        for n in reversed(spine):
+            acc = self._binop(n, acc, self._var(n.right, env))
+        return acc
+
+    def _binop(self, node, a, b):
         if isinstance(node.op, ast.MatMult):
             return self._matmul(node, a, b)
         op = self._BIN[type(node.op)]

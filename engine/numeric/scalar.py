@@ -1,10 +1,10 @@
 """Helpers the generated kernels call; numba inlines them. The scalar ones match numpy's semantics
 (NaN propagation included) for one float64."""
+import math
+
 import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
-
-from .tables import table, take  # noqa: F401  (the table ops' compiled forms live beside their references)
 
 
 @njit(inline="always", error_model="numpy")
@@ -97,3 +97,43 @@ def fetch_add(typingctx, counter, value):
         array = context.make_array(signature.args[0])(context, builder, args[0])
         return builder.atomic_rmw("add", array.data, args[1], "monotonic")
     return sig, codegen
+
+
+@njit(inline="always", error_model="numpy")
+def table(c, t, ntab, x, x0, rdx, n, xlin, order):
+    """The table op for one element (its reference: engine/numeric/tables.py evaluate); c is the
+    flat (T * n * 7) coefficient array."""
+    if not (t >= 0.0 and t < ntab and t == math.floor(t)):
+        return np.nan
+    p = (x - x0) * rdx + 1.0
+    if p >= n:
+        m = n - 1
+    elif p >= 1.0:
+        m = int(p)
+    else:
+        m = 1                          # also a NaN p, which then propagates
+    p -= m
+    clamped = p > 1.0
+    if clamped:
+        p = 1.0
+    k = (int(t) * n + m - 1) * 7
+    if order == 0:
+        y = ((c[k + 3] * p + c[k + 4]) * p + c[k + 5]) * p + c[k + 6]
+        if x > xlin:
+            y += ((c[k] * p + c[k + 1]) * p + c[k + 2]) * (x - xlin)
+        return y
+    if order == 1:
+        return (c[k] * p + c[k + 1]) * p + c[k + 2]
+    if clamped:
+        return 0.0
+    if order == 2:
+        return (2.0 * c[k] * p + c[k + 1]) * rdx
+    return 2.0 * c[k] * rdx * rdx
+
+
+@njit(inline="always", error_model="numpy")
+def take(a, t, n):
+    """The take op for one element (its reference: engine/numeric/tables.py take_reference)."""
+    if not (t >= 0.0 and t < n and t == math.floor(t)):
+        return np.nan
+    return a[int(t)]

@@ -4,7 +4,8 @@
 5-point finite-difference formula (2- and 3-point at the two nodes of each end), stored as 7
 coefficients per node: [0..2] the derivative's quadratic (already divided by dx), [3..6] the value's
 cubic, both in p, the position inside the piece. `evaluate` is the reference of the `table` op
-(engine/ir/ops/tables.py), and `table` below is its compiled form; both follow pair_eam's compute():
+(engine/ir/ops/tables.py), and `table` in engine/numeric/scalar.py its compiled form (kept there so
+that the IR imports no numba); both follow pair_eam's compute():
 
     p = (x - x0) / dx + 1,  m = max(1, min(int(p), n - 1)),  p = min(p - m, 1)
 
@@ -19,7 +20,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 MIN_NODES = 5       # the 5-point slope formula needs five nodes
 
@@ -99,50 +99,11 @@ def evaluate(coef, x, t, x0, rdx, n, xlin, order):
     return np.where(ok, y, np.nan)
 
 
-@njit(inline="always", error_model="numpy")
-def table(c, t, ntab, x, x0, rdx, n, xlin, order):
-    """Compiled form of `evaluate` for one element: c is the flat (T * n * 7) coefficient array."""
-    if not (t >= 0.0 and t < ntab and t == math.floor(t)):
-        return np.nan
-    p = (x - x0) * rdx + 1.0
-    if p >= n:
-        m = n - 1
-    elif p >= 1.0:
-        m = int(p)
-    else:
-        m = 1                          # also a NaN p, which then propagates
-    p -= m
-    clamped = p > 1.0
-    if clamped:
-        p = 1.0
-    k = (int(t) * n + m - 1) * 7
-    if order == 0:
-        y = ((c[k + 3] * p + c[k + 4]) * p + c[k + 5]) * p + c[k + 6]
-        if x > xlin:
-            y += ((c[k] * p + c[k + 1]) * p + c[k + 2]) * (x - xlin)
-        return y
-    if order == 1:
-        return (c[k] * p + c[k + 1]) * p + c[k + 2]
-    if clamped:
-        return 0.0
-    if order == 2:
-        return (2.0 * c[k] * p + c[k + 1]) * rdx
-    return 2.0 * c[k] * rdx * rdx
-
-
 def take_reference(a, t):
     """numpy reference of the `take` op: a[t] for a flat index t held in a float; NaN if invalid."""
     t = np.asarray(t, dtype=np.float64)
     ok = (t >= 0) & (t < a.shape[0]) & (t == np.floor(t))
     return np.where(ok, a[np.where(ok, t, 0).astype(np.int64)], np.nan)
-
-
-@njit(inline="always", error_model="numpy")
-def take(a, t, n):
-    """Compiled form of `take_reference` for one element (n = a's length)."""
-    if not (t >= 0.0 and t < n and t == math.floor(t)):
-        return np.nan
-    return a[int(t)]
 
 
 def check_grid(x, where):

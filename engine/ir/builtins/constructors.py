@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from ...limits import MAX_ELEMENTS
 from .call import builtin
 
 
@@ -17,9 +18,21 @@ def _shape_arg(call, s):
     return s
 
 
+def _count(call, n):
+    """Refuse a constructor of more than MAX_ELEMENTS elements before numpy allocates them."""
+    if n > MAX_ELEMENTS:
+        raise call.fail(f"{call.name}(): {n:,} elements, more than the limit of {MAX_ELEMENTS:,} per value")
+
+
 @builtin("arange")
 def arange(call):
-    arr = np.arange(*call.statics(1, 3), dtype=float)
+    args = call.statics(1, 3)
+    if all(isinstance(a, (int, float)) for a in args):
+        lo, hi, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+        if step == 0:
+            raise call.fail("arange(): the step cannot be zero")
+        _count(call, max(0, math.ceil((hi - lo) / step)))
+    arr = np.arange(*args, dtype=float)
     if arr.size == 0:
         raise call.fail("arange(): the range is empty")
     return call.constant(arr)
@@ -30,6 +43,7 @@ def linspace(call):
     a, b, n = call.statics(3, 3)
     if not isinstance(n, int) or n < 1:
         raise call.fail("linspace(): the number of points must be a positive integer")
+    _count(call, n)
     return call.constant(np.linspace(a, b, n))
 
 
@@ -42,7 +56,9 @@ def filled(call):
 @builtin("eye")
 def eye(call):
     (n,) = call.statics(1, 1)
-    return call.constant(np.eye(_shape_arg(call, n)[0]))
+    n = _shape_arg(call, n)[0]
+    _count(call, n * n)
+    return call.constant(np.eye(n))
 
 
 @builtin("reshape")

@@ -1,0 +1,8 @@
+"""Limits that a model or config file cannot exceed, so that a small file cannot exhaust the machine.
+Each is named in the error that reports it (docs/model-language.md lists them)."""
+
+MAX_ELEMENTS = 1 << 24          # elements of any one value per point: input, param, constant, intermediate (128 MiB)
+MAX_EQUATIONS = 1_000_000       # IR equations of a model with its derivatives (compile time and memory)
+MAX_CHUNK = 1 << 30             # points per chunk: more could not be buffered on any machine
+MAX_YAML_VALUES = 1 << 20       # values a model or config file may expand to (YAML aliases included)
+MAX_YAML_DEPTH = 100            # nesting of YAML collections
