@@ -1,9 +1,6 @@
 """`adgrad bench CONFIG`: compute-only timings per kernel variant and mode, and compile times."""
 import click
 
-from adgrad.engine.tools.bench import bench as run_bench
-from adgrad.engine.tools.bench import format_table
-
 from .common import load_model_or_config, reports_errors
 
 
@@ -31,6 +28,7 @@ def bench(config, m, repeat, threads, seed, compile_time):
       adgrad bench configs/eam.yaml --points 1000000 --threads 2
     """
     model, cfg = load_model_or_config(config)
+    from adgrad.engine.tools.bench import bench as run_bench, format_table
     report = run_bench(config, model, cfg, points=m, repeat=repeat, threads=threads or None, seed=seed,
                        compile_time=compile_time)
     click.echo(f"model {report.model}: {report.points} sampled points, {report.threads} thread(s), "

@@ -3,8 +3,6 @@ import sys
 
 import click
 
-from adgrad.engine.tools import check as oracle
-
 from .common import load_model_or_config, reports_errors
 
 
@@ -29,6 +27,7 @@ def check(model_or_config, k, seed):
       adgrad check configs/neohookean_model.yaml --points 8 --seed 3
     """
     model, config = load_model_or_config(model_or_config)
+    from adgrad.engine.tools import check as oracle
     pairs = oracle.requested(model, config.compute.derivatives if config else None)
     points = oracle.points(model, config, k, seed)
     rows = oracle.check(model, pairs, points)

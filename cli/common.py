@@ -1,5 +1,7 @@
 """What every command shares: loading a model or a config, and turning engine errors into exits.
-This is the only place engine errors become click errors (exit 2 for bad input, 1 for a failed job)."""
+This is the only place engine errors become click errors (exit 2 for bad input, 1 for a failed job).
+Command modules import the engine inside their functions: `adgrad --help` and `--version` then load
+neither numba nor h5py."""
 from __future__ import annotations
 
 import functools
@@ -11,8 +13,6 @@ import click
 import yaml
 
 from adgrad.engine.errors import DataError, JobError, SpecError
-from adgrad.engine.model import build
-from adgrad.engine.spec import load_config_file, load_model_file
 
 
 def fail(message, code):
@@ -56,6 +56,8 @@ def is_config(path):
 
 def load_model_or_config(path):
     """(model, config or None) for a model file or a run config."""
+    from adgrad.engine.model import build
+    from adgrad.engine.spec import load_config_file, load_model_file
     if is_config(path):
         config = load_config_file(path)
         return build(config.model).with_params(config.params), config

@@ -2,7 +2,6 @@
 import click
 
 from adgrad.engine.tools.explain import PARTS
-from adgrad.engine.tools.explain import explain as describe
 
 from .common import load_model_or_config, reports_errors
 
@@ -28,4 +27,5 @@ def explain(model_or_config, show, mode):
         raise click.BadParameter(f"unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}",
                                  param_hint="--show")
     model, config = load_model_or_config(model_or_config)
+    from adgrad.engine.tools.explain import explain as describe
     click.echo(describe(model, config, parts, mode))

@@ -2,7 +2,6 @@
 import click
 
 from adgrad.engine.errors import DataError
-from adgrad.engine.tools.info import describe
 
 from .common import reports_errors
 
@@ -21,6 +20,7 @@ def info(file, text):
     Example:
       adgrad info configs/eam_out.h5 --no-text
     """
+    from adgrad.engine.tools.info import describe
     report = describe(file, text=text)
     click.echo("\n".join(report.lines))
     if report.missing_sources:

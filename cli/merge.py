@@ -1,8 +1,6 @@
 """`adgrad merge OUT SHARD...`: join the shard files of one run into one output file."""
 import click
 
-from adgrad.engine.tools.merge import merge as merge_shards
-
 from .common import reports_errors
 
 
@@ -23,6 +21,7 @@ def merge(out, shards, copy, overwrite):
     Example:
       adgrad merge out/eam.h5 out/eam.shard*of4.h5
     """
+    from adgrad.engine.tools.merge import merge as merge_shards
     res = merge_shards(out, shards, copy=copy, overwrite=overwrite)
     kind = "virtual datasets over the shard files" if res.virtual else "a physical copy"
     click.echo(f"{res.shards} shard(s), {res.points} points, {res.datasets} dataset(s) -> {res.path} ({kind})",

@@ -7,10 +7,13 @@ import click
 
 from adgrad.engine.limits import MAX_CHUNK
 
-from adgrad.engine.api import run as run_job
-from adgrad.engine.spec import load_config_file
 
 from .common import reports_errors
+
+
+def run_job(*args, **kwargs):
+    from adgrad.engine.api import run
+    return run(*args, **kwargs)
 
 
 @click.command()
@@ -42,6 +45,7 @@ def run(config, threads, chunk, output, shard, resume, overwrite, progress, quie
       adgrad run configs/eam.yaml -o eam_out.h5 --resume       # after a stop
       adgrad run configs/eam.yaml -o out/eam.h5 --shard 2/4    # writes out/eam.shard2of4.h5
     """
+    from adgrad.engine.spec import load_config_file
     cfg = load_config_file(config)
     if progress is None:
         progress = sys.stderr.isatty()

@@ -3,8 +3,6 @@ import click
 
 from adgrad.engine.limits import MAX_CHUNK
 
-from adgrad.engine.tools import sample as sampling
-from adgrad.engine.spec import load_config_file, load_model_file
 
 from .common import is_config, reports_errors
 
@@ -34,6 +32,8 @@ def sample(model_or_config, n, output, seed, low, high, chunk, overwrite):
     Example:
       adgrad sample configs/eam.yaml -n 1000000 -o points.h5 --seed 7
     """
+    from adgrad.engine.spec import load_config_file, load_model_file
+    from adgrad.engine.tools import sample as sampling
     config = load_config_file(model_or_config) if is_config(model_or_config) else None
     model = config.model if config else load_model_file(model_or_config)
     cols = sampling.columns(model, config, low, high)

@@ -2,15 +2,14 @@
 the workspace, the IR after optimization and the generated kernel source."""
 from __future__ import annotations
 
-from ..compile import compile_model, default_requests
-from ..ir.printer import format_graph, shape_str
-
 PARTS = ("shapes", "cost", "ir", "source")
 
 
 def explain(model, config=None, parts=PARTS, mode=None) -> str:
     """The parts asked for, of what `config` (or, for a model file alone, every output's gradient
     with respect to every input) compiles to; `mode` overrides the config's (default auto)."""
+    from ..compile import compile_model, default_requests       # here: the CLI reads PARTS without numba
+    from ..ir.printer import format_graph, shape_str
     derivs = config.compute.derivatives if config else [(o, w) for o, (w,) in default_requests(model)]
     mode = mode or (config.mode if config else "auto")
     kernel = compile_model(model, derivs, mode=mode, values=list(config.compute.values) if config else None)
