@@ -274,3 +274,43 @@ def test_a_long_written_out_sum_lowers_without_recursion(tmp_path):
     model = api.load_model(str(tmp_path / "m.yaml"))
     y = interpret(model.graph, {"x": np.array(2.0)}, {})["y"]
     assert float(y) == 2.0 * sum(k % 7 for k in range(1500))
+
+
+# ---- --overwrite is all or nothing -----------------------------------------------------------------------
+def test_overwrite_keeps_the_old_results_until_the_new_run_completes(tmp_path, monkeypatch):
+    """A disk that fills at the second chunk of an --overwrite run: the previous complete output stays
+    as it was; --resume then finishes the staged run and replaces it, bit for bit a fresh run."""
+    import errno
+
+    from adgrad.engine.job import run as job
+    from adgrad.engine.spec import load_config_file
+    from adgrad.engine.store.output import OutputFile, staging_path
+    workspace(tmp_path)
+    out = tmp_path / "out.h5"
+    cfg = load_config_file(str(tmp_path / "config.yaml"))
+    job.run(cfg, chunk=4)
+    old = hashlib.sha256(out.read_bytes()).hexdigest()
+    real_write, calls = OutputFile.write, []
+
+    def full_disk(self, slot, start, stop):
+        calls.append(start)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(self, slot, start, stop)
+    monkeypatch.setattr(OutputFile, "write", full_disk)
+    with pytest.raises(job.JobError, match="keeps its previous results"):
+        job.run(cfg, chunk=4, overwrite=True)
+    monkeypatch.setattr(OutputFile, "write", real_write)
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == old           # untouched
+    stage = Path(staging_path(out))
+    assert stage.exists()
+    with h5py.File(stage, "r") as f:
+        assert not f.attrs["complete"]
+    summary = job.run(cfg, chunk=4, resume=True)
+    assert summary.output == str(out) and not stage.exists()
+    with h5py.File(out, "r") as f, h5py.File(tmp_path / "fresh.h5", "w"):
+        assert f.attrs["complete"]
+        E, g = f["E"][()], f["dE_dx"][()]
+    job.run(cfg, output=str(tmp_path / "fresh.h5"), chunk=4, overwrite=True)
+    with h5py.File(tmp_path / "fresh.h5", "r") as f:
+        assert np.array_equal(f["E"][()], E) and np.array_equal(f["dE_dx"][()], g)

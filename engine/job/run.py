@@ -21,7 +21,7 @@ from ..errors import DataError, JobError
 from ..store import guard
 from ..store.input import InputReader, input_identity
 from ..store.lock import output_lock
-from ..store.output import OutputFile
+from ..store.output import OutputFile, staging_path
 from ..model import build
 from ..spec import Config
 from ..version import __version__
@@ -108,17 +108,39 @@ def run(config: Config, output=None, threads=None, chunk=None, overwrite=False, 
 
 
 def _locked(config, out_path, overwrite, resume, part, threads, chunk, progress, resume_hint, t_start):
-    """The run, as the one writer of out_path."""
-    exists = os.path.exists(out_path)
+    """The run, as the one writer of out_path. Replacing an existing file (--overwrite) writes to its
+    staging path and renames it over the old file only when complete: a run that fails or stops
+    leaves the old results in place, and --resume finishes the staged file."""
+    exists, stage = os.path.exists(out_path), staging_path(out_path)
     if exists and not (overwrite or resume):
         raise DataError(f"{out_path}: output file exists; pass --overwrite to replace it or --resume to finish it")
+    if resume and os.path.exists(stage):
+        target, resuming = stage, True          # an --overwrite that was stopped: finish it
+    elif overwrite and exists:
+        target, resuming = stage, False
+    else:
+        target, resuming = out_path, exists and resume
+    try:
+        summary = _job(config, target, resuming, part, threads, chunk, progress, resume_hint, t_start)
+    except (Interrupted, JobError) as exc:
+        if target == stage:
+            raise type(exc)(f"{exc} (writing {stage}; {out_path} keeps its previous results until this "
+                            f"run completes)") from None
+        raise
+    if target == stage:
+        os.replace(stage, out_path)
+        summary.output = out_path
+    return summary
+
+
+def _job(config, target, resuming, part, threads, chunk, progress, resume_hint, t_start):
     with stop_on_signals() as should_stop:
         model, kernel, t_compile = prepare(config)
         shapes = {n: v.shape for n, v in kernel.graph.inputs.items()}
         # model inputs map through input.datasets; a jvp direction or vjp cotangent names its dataset itself
         reader = InputReader(config.input.path, {n: config.input.datasets.get(n, n) for n in shapes}, shapes)
         try:
-            return _run(config, model, kernel, reader, out_path, exists and resume, part, threads, chunk,
+            return _run(config, model, kernel, reader, target, resuming, part, threads, chunk,
                         should_stop, progress, resume_hint, t_start, t_compile)
         finally:
             reader.close()

@@ -20,6 +20,8 @@ simply written again, with the same bits, on resume. Chunks finish in order, so 
 are always the first `done` ones."""
 from __future__ import annotations
 
+import os
+
 import h5py
 import numpy as np
 
@@ -45,6 +47,13 @@ def _chunk_rows(rows, row_bytes, target=1 << 20):
     divisors = [d for d in range(limit, 0, -1) if rows % d == 0 and 2 * d >= limit]
     aligned = [d for d in divisors if d * row_bytes % ALIGN == 0]
     return (aligned or divisors or [limit])[0]
+
+
+def staging_path(path):
+    """Where an --overwrite run writes until it completes: beside `path`, hidden, so the previous
+    complete file stays until the new one replaces it (and --resume finds an interrupted one)."""
+    d, name = os.path.split(os.path.abspath(path))
+    return os.path.join(d, f".{name}.overwrite")
 
 
 class OutputFile:
