@@ -4,6 +4,7 @@ Command modules import the engine inside their functions: `adgrad --help` and `-
 neither numba nor h5py."""
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import sys
@@ -16,8 +17,19 @@ from adgrad.engine.errors import DataError, JobError, SpecError
 
 
 def fail(message, code):
+    """Print the error and end the process. Without the interpreter's finalization: after an I/O
+    error (a full disk) HDF5's shutdown crashed (exit 139 instead of the error's code); our own exit
+    handlers (the compile cache's checksums) still run."""
     click.echo(f"error: {message}", err=True)
-    sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if not HARD_EXIT:
+        sys.exit(code)          # called from Python (click's test runner, a host program): an ordinary exit
+    atexit._run_exitfuncs()
+    os._exit(code)
+
+
+HARD_EXIT = False               # set by the console entry point (cli/entry.py): fail() ends the process
 
 
 def reports_errors(fn):

@@ -17,7 +17,9 @@ def main():
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, _stop)
     try:
+        from . import common
         from .main import cli
+        common.HARD_EXIT = True
     except KeyboardInterrupt as exc:
         print(f"error: stopped by {exc or 'SIGINT'} while starting; nothing was written", file=sys.stderr)
         sys.exit(1)

@@ -46,3 +46,12 @@ class DataError(AdgradError):
 
 class JobError(AdgradError):
     """The job ran and failed: derivative mismatch, non-finite values with nan: error, I/O (exit 1)."""
+
+
+def os_reason(exc):
+    """The one-line reason of an OSError (HDF5's messages run over several lines): its errno's text."""
+    errno = getattr(exc, "errno", None)
+    if errno:
+        import os
+        return os.strerror(errno)
+    return " ".join(str(exc).split())

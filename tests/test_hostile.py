@@ -314,3 +314,51 @@ def test_overwrite_keeps_the_old_results_until_the_new_run_completes(tmp_path, m
     job.run(cfg, output=str(tmp_path / "fresh.h5"), chunk=4, overwrite=True)
     with h5py.File(tmp_path / "fresh.h5", "r") as f:
         assert np.array_equal(f["E"][()], E) and np.array_equal(f["dE_dx"][()], g)
+
+
+# ---- a full disk ----------------------------------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs, where the machine lets us mount one (root, mount available); else skipped."""
+    import subprocess
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({(r.stderr or r.stdout).strip() or 'mount failed'})")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def adgrad_process(*args):
+    """The console entry point in a new process: real exit codes (a crash would be 139)."""
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-c", "from adgrad.cli.entry import main; main()", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_full_disk_gives_one_line_and_a_resumable_file(small_disk):
+    d = small_disk
+    workspace(d)
+    with h5py.File(d / "in.h5", "w") as f:
+        f["points"] = np.random.default_rng(0).random((1500, 100))      # 1.2 MB; the output needs 1.25 MB
+    (d / "filler").write_bytes(b"\0" * 2_100_000)
+    before = snapshot(d)
+    r = adgrad_process("sample", d / "model.yaml", "-n", 20000, "-o", d / "s.h5")
+    assert r.returncode == 1 and "No space left on device" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (d / "s.h5").exists()
+    assert not [p for p in d.iterdir() if p.name.endswith(".tmp")]
+    r = adgrad_process("run", d / "config.yaml", "--chunk", 100)
+    assert r.returncode == 1 and "No space left on device" in r.stderr and "--resume" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert all(snapshot(d).get(f) == h for f, h in before.items())    # the input and the rest untouched
+    (d / "filler").unlink()
+    r = adgrad_process("run", d / "config.yaml", "--chunk", 100, "--resume")
+    assert r.returncode == 0, r.stderr
+    r = adgrad_process("run", d / "config.yaml", "--chunk", 100, "-o", d / "fresh.h5")
+    assert r.returncode == 0, r.stderr
+    with h5py.File(d / "out.h5", "r") as a, h5py.File(d / "fresh.h5", "r") as b:
+        assert a.attrs["complete"] and np.array_equal(a["dE_dx"][()], b["dE_dx"][()])

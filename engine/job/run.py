@@ -17,7 +17,7 @@ import numba
 import numpy as np
 
 from ..compile import compile_model
-from ..errors import DataError, JobError
+from ..errors import DataError, JobError, os_reason
 from ..store import guard
 from ..store.input import InputReader, input_identity
 from ..store.lock import output_lock
@@ -183,7 +183,8 @@ def _run(config, model, kernel, reader, out_path, resuming, part, threads, chunk
         out.stop({"threads": threads})
         raise
     except OSError as exc:
-        raise JobError(f"{out_path}: I/O failure: {exc}; the file is marked incomplete") from None
+        raise JobError(f"{out_path}: I/O failure ({os_reason(exc)}); the finished chunks are kept and the file "
+                       f"is marked incomplete; resume with: {resume_hint}") from None
     finally:
         out.close()
     timings = {"compile": t_compile, **outcome.timings.as_dict()}

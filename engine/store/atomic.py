@@ -7,7 +7,7 @@ import secrets
 
 import h5py
 
-from ..errors import DataError
+from ..errors import DataError, JobError, os_reason
 
 
 @contextlib.contextmanager
@@ -23,8 +23,16 @@ def atomic_h5(path, **options):
     except OSError as exc:
         raise DataError(f"{path}: cannot create output file ({_reason(exc)})") from None
     try:
-        with f:
+        failed = None
+        try:
             yield f
+        finally:
+            try:
+                f.close()
+            except OSError as exc:      # the last flush: a full disk often shows only here
+                failed = exc
+        if failed is not None:         # (after an error in the body, that error is the one reported)
+            raise JobError(f"{path}: cannot write ({os_reason(failed)}); nothing was written") from None
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
