@@ -185,12 +185,12 @@ def build(spec: Model) -> LoadedModel:
 
 def _table_env(name, val, g, values):
     """A table param's TableFunction (a potential's TableSet) over new graph params of coefficients."""
-    funcs = {}
-    for key, data in table_params(name, val).items():
+    funcs, params = {}, table_params(name, val)
+    for key, data in params.items():
         values[key] = data.coefficients()
         g.params[key] = Var(values[key].shape)
     for attr, data in (val.tables.items() if isinstance(val, potentials.Potential) else [(None, val)]):
-        key = next(k for k, d in table_params(name, val).items() if d.values is data.values)
+        key = next(k for k, d in params.items() if d.values is data.values)
         label = f"{name}.{attr}" if attr else name
         funcs[attr] = TableFunction(label, g.params[key], data.lead, data.x0, data.dx, data.n, data.xlin,
                                     data.over_x)

@@ -269,13 +269,11 @@ class _Doc:
         return tuple(val)
 
 
-
-
 def _check_expansion(doc, root):
     """Refuse a document that expands beyond MAX_YAML_VALUES values (an alias bomb: a 1 KB file whose
     aliases repeat each other to billions) or nests deeper than MAX_YAML_DEPTH, without expanding it:
     sizes are counted once per node and reused for each alias of it."""
-    size, depth, order, seen = {}, {}, [], set()
+    size, depth, seen = {}, {}, set()
     stack = [(root, False)]
     while stack:                        # iterative post-order over the node graph
         node, done = stack.pop()

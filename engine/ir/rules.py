@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from dataclasses import dataclass
 
 from .core import Var, current
@@ -109,7 +110,7 @@ def hard_product(ct, p):
     padding row), as symbolic zeros do; elsewhere, and for a finite constant p, a plain product."""
     b = current()
     c, z = b.const_value(p), b.const_value(ct)
-    if not _HARD.get() or c is not None and c == c and abs(c) != float("inf") or z is not None and z != 0.0:
+    if not _HARD.get() or c is not None and math.isfinite(c) or z is not None and z != 0.0:
         return ct * p
     return emit("hardmul", ct, p)
 

@@ -66,8 +66,7 @@ def from_slurm(environ=os.environ) -> Shard | None:
                         f"--array=0-{v['SLURM_ARRAY_TASK_COUNT'] - 1} without a step or a list, or pass --shard I/N")
     task, count = v["SLURM_ARRAY_TASK_ID"], v["SLURM_ARRAY_TASK_COUNT"]
     index = task - lo
-    if not 0 <= index < int(count):
-        raise DataError(f"SLURM array task {task} (min {environ.get('SLURM_ARRAY_TASK_MIN', 0)}, count {count}) "
-                        f"is not shard 0..{int(count) - 1}: use a contiguous --array range without a step, "
-                        f"or pass --shard I/N")
-    return Shard(index, int(count))
+    if not 0 <= index < count:
+        raise DataError(f"SLURM array task {task} (min {lo}, count {count}) is not shard 0..{count - 1}: use a "
+                        f"contiguous --array range without a step, or pass --shard I/N")
+    return Shard(index, count)

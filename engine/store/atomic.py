@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 
 import h5py
 
 from ..errors import DataError, JobError, os_reason
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 @contextlib.contextmanager
@@ -21,24 +24,24 @@ def atomic_h5(path, **options):
     try:
         f = h5py.File(tmp, "x", **options)     # "x": never clobbers another process's temporary file
     except OSError as exc:
-        raise DataError(f"{path}: cannot create output file ({_reason(exc)})") from None
+        raise DataError(f"{path}: cannot create output file ({os_reason(exc)})") from None
     try:
         failed = None
         try:
             yield f
+        except OSError as exc:          # the disk or quota is full: reported below, in one line
+            if exc.errno not in NO_SPACE:
+                raise
+            failed = exc
         finally:
             try:
                 f.close()
             except OSError as exc:      # the last flush: a full disk often shows only here
-                failed = exc
-        if failed is not None:         # (after an error in the body, that error is the one reported)
+                failed = failed or exc
+        if failed is not None:         # (another error in the body propagates as it is)
             raise JobError(f"{path}: cannot write ({os_reason(failed)}); nothing was written") from None
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
         raise
-
-
-def _reason(exc):
-    return os.strerror(exc.errno) if exc.errno else str(exc)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import DataError, JobError, SpecError, os_reason
+from ..errors import DataError, SpecError
 from ..store import guard
 from ..store.atomic import atomic_h5
 from ..model import build
@@ -137,13 +137,7 @@ def write(path, cols, points: int, seed: int = 0, chunk: int = 65536, overwrite=
             dsets[c.dataset] = f.create_dataset(c.dataset, shape=(points,) + c.shape, dtype="f8",
                                                 chunks=(rows,) + c.shape)
             dsets[c.dataset].attrs.update({"low": c.low, "high": c.high})
-        try:
-            for start in range(0, points, chunk):
-                stop = min(points, start + chunk)
-                for name, v in sampler.rows(start, stop).items():
-                    dsets[name][start:stop] = v
-                f.flush()           # a full disk shows here, in the loop, not in the close
-        except OSError as exc:
-            # release the datasets before the file closes: HDF5 crashed at exit on ids left behind
-            dsets.clear()
-            raise JobError(f"{path}: cannot write the samples ({os_reason(exc)}); nothing was written") from None
+        for start in range(0, points, chunk):
+            stop = min(points, start + chunk)
+            for name, v in sampler.rows(start, stop).items():
+                dsets[name][start:stop] = v

@@ -7,6 +7,7 @@ length 1, is called without brackets.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..core import Var
@@ -32,7 +33,7 @@ class TableFunction:
         if indices and len(indices) != len(self.lead):
             raise call.fail(f"'{self.name}' takes {len(self.lead)} species index(es), got {len(indices)}", at)
         t = flat_index(call, indices, self.lead) if indices else 0.0
-        y = call.emit("table", self.coef, x, t, x0=self.x0, rdx=1.0 / self.dx, n=self.n, ntab=_prod(self.lead),
+        y = call.emit("table", self.coef, x, t, x0=self.x0, rdx=1.0 / self.dx, n=self.n, ntab=math.prod(self.lead),
                       xlin=self.xlin, order=0)
         return call.emit("div", y, x) if self.over_x else y
 
@@ -76,10 +77,3 @@ def flat_index(call, indices, lead):
     for k, i in enumerate(indices[1:], start=1):
         t = call.emit("add", call.emit("mul", t, float(lead[k])), i)
     return t
-
-
-def _prod(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
