@@ -1,0 +1,647 @@
+"""Branch-free float64 elementary functions that LLVM vectorizes inside numba loops.
+
+A libm call (math.exp, np.sin) in a loop keeps LLVM from vectorizing it. These functions are numba
+functions made only of float and int64 arithmetic, fma, sqrt, floor and selects, so a loop such as
+`for i in range(n): y[i] = vexp(x[i])` compiles to packed-double code (zmm/ymm on this machine):
+
+    vexp vlog vexpm1 vlog1p vpow(x, y) vsinh vcosh vtanh vsigmoid vsoftplus
+    vsin vcos vtan varctan varctan2(y, x) varcsin varccos vcbrt
+
+Calling convention: each is `@njit(inline="always", error_model="numpy")`, takes and returns float64
+scalars, and is pure (the same bits on every call, in every process: no fastmath, no contraction;
+the fma used is llvm.fma, a correctly rounded fused multiply-add, so the bits do not depend on the
+CPU). The caller must be compiled with error_model="numpy" too (with "python" a float division
+checks its divisor and can raise, and that branch stops the vectorizer), and must not use fastmath.
+Import as `from adgrad.engine.numeric.vecmath import vexp`.
+
+How: Cody-Waite range reduction with fma (the reduced argument kept as a double-double where it
+matters), a minimax polynomial (coefficients from benchmarks/vecmath_coefficients.py, held here as
+literals), 2^k built from int64 bits viewed as float64 (an LLVM bitcast, see `_bits`/`_float`),
+scaling in two steps so that overflow, underflow and subnormal results round once, and special cases
+(inf, -inf, NaN, -0, out-of-domain) as selects (`a if c else b`, which LLVM turns into blends) after
+the main computation, never early returns. No tables, so no gathers.
+
+Accuracy (tests/test_vecmath.py measures it against mpmath and numpy; see its module docstring for
+the measured maxima): every function is within 1 ulp of the exact result on its whole domain, most
+within about 0.51 ulp (a final rounding of a double-double result), and gives numpy's special values
+(signed zeros, infinities, NaN) exactly.
+
+Trigonometric functions of large arguments. vsin, vcos and vtan reduce by pi/2 with a 4-part
+Cody-Waite constant, which is exact enough for |x| <= TRIG_MAX (2**30, about 1.07e9). Above it an
+exact reduction needs Payne-Hanek (the bits of 2/pi near x's exponent: a table lookup per lane), so
+there the three return NaN as a marker. A caller that may see such arguments redoes those lanes with
+libm after the vectorized loop: `trig_fallback(x)` says whether lane x needs it (finite and |x| >
+TRIG_MAX); e.g. `if trig_fallback(x[i]): y[i] = math.sin(x[i])` in a second, scalar loop.
+"""
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+_inline = njit(inline="always", error_model="numpy")
+
+TRIG_MAX = 1073741824.0                    # 2**30: vsin/vcos/vtan are exact to here, NaN above
+INF = math.inf
+NAN = math.nan
+TINY = 2.2250738585072014e-308             # the smallest normal float64
+SHIFT = 6755399441055744.0                 # 1.5 * 2**52: x + SHIFT rounds x to an integer in the low bits
+SHIFT_BITS = 0x4338000000000000            # the bits of SHIFT
+SIGN = -0x8000000000000000                 # the sign bit as an int64
+MAGNITUDE = 0x7FFFFFFFFFFFFFFF             # every bit but the sign
+INV_LN2 = 1.4426950408889634
+LN2_H, LN2_L = 0.6931471805599453, 2.3190468138462996e-17
+LN2_42, LN2_42_L = 0.6931471805598903, 5.497923018708371e-14    # ln2 to 42 bits: k * LN2_42 is exact
+TWO_OVER_PI = 0.6366197723675814
+PIO2_1, PIO2_2, PIO2_3, PIO2_4 = 1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33, 5.562271104316826e-50
+PIO2_H, PIO2_L = PIO2_1, PIO2_2
+PIO4_H, PIO4_L = 0.7853981633974483, 3.061616997868383e-17
+PI_H, PI_L = 3.141592653589793, 1.2246467991473532e-16
+ATAN_HALF_H, ATAN_HALF_L = 0.4636476090008061, 2.2698777452961687e-17
+TWO_THIRDS_H, TWO_THIRDS_L = 0.6666666666666666, 3.700743415417188e-17
+MINUS_SIXTH_H, MINUS_SIXTH_L = -0.16666666666666666, -9.25185853854297e-18
+
+
+# ---- bit casts and fma: LLVM instructions that vectorize (bitcast, llvm.fma.f64) ----
+
+@intrinsic
+def _bits(typingctx, x):
+    """The int64 whose bits are float64 x's."""
+    if x != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def _float(typingctx, i):
+    """The float64 whose bits are int64 i's."""
+    if i != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(types.int64), codegen
+
+
+@intrinsic
+def _fma(typingctx, a, b, c):
+    """a * b + c with one rounding (llvm.fma.f64: vfmadd on x86 with FMA)."""
+    if not all(t == types.float64 for t in (a, b, c)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fma(*args)
+    return types.float64(types.float64, types.float64, types.float64), codegen
+
+
+# ---- integer <-> float without cvt instructions, powers of two, double-double arithmetic ----
+
+@_inline
+def _rint(x):
+    """(x rounded to the nearest integer as a float64, and as an int64), for |x| < 2**51."""
+    t = x + SHIFT
+    return t - SHIFT, _bits(t) - SHIFT_BITS
+
+
+@_inline
+def _i2f(k):
+    """float64(k) for an int64 |k| < 2**51."""
+    return _float(k + SHIFT_BITS) - SHIFT
+
+
+@_inline
+def _pow2(k):
+    """2**k for an int64 k in [-1022, 1023]."""
+    return _float((k + 1023) << 52)
+
+
+@_inline
+def _scale(y, k):
+    """y * 2**k for k in [-2044, 2046] with one rounding: y * 2**(k//2) is exact for y near 1, the second
+    product rounds (to a subnormal, or overflows to inf) as y * 2**k would."""
+    h = k >> 1
+    return y * _pow2(h) * _pow2(k - h)
+
+
+@_inline
+def _copysign(y, x):
+    """|y| with x's sign (y >= 0 or -0 expected)."""
+    return _float((_bits(y) & MAGNITUDE) | (_bits(x) & SIGN))
+
+
+@_inline
+def _two_sum(a, b):
+    """(s, e) with s = fl(a + b) and s + e = a + b exactly."""
+    s = a + b
+    v = s - a
+    return s, (a - (s - v)) + (b - v)
+
+
+@_inline
+def _fast_two_sum(a, b):
+    """_two_sum for |a| >= |b| (or a = 0)."""
+    s = a + b
+    return s, b - (s - a)
+
+
+@_inline
+def _two_prod(a, b):
+    """(p, e) with p = fl(a * b) and p + e = a * b exactly."""
+    p = a * b
+    return p, _fma(a, b, -p)
+
+
+@_inline
+def _dd_mul(ah, al, bh, bl):
+    """(ah + al) * (bh + bl) as a double-double."""
+    p, e = _two_prod(ah, bh)
+    return _fast_two_sum(p, _fma(ah, bl, _fma(al, bh, e)))
+
+
+@_inline
+def _dd_div(ah, al, bh, bl):
+    """(ah + al) / (bh + bl) as an unnormalized double-double (q, r): q = fl(ah / bh), r the correction;
+    both arguments normalized (|al| <= ulp(ah) or so)."""
+    q = ah / bh
+    r = _fma(-q, bh, ah) + (al - q * bl)
+    return q, r / bh
+
+
+# ---- exp and log kernels ----
+
+@_inline
+def _expm1_poly(r):
+    """Q(r) with expm1(r) = r + r^2/2 + r^3 Q(r), |r| <= ln2/2 (weighted error 2**-59)."""
+    p = _fma(r, 2.0878910886154676e-09, 2.510867618288853e-08)
+    p = _fma(r, p, 2.755738701958476e-07)
+    p = _fma(r, p, 2.755724532093861e-06)
+    p = _fma(r, p, 2.4801587198281076e-05)
+    p = _fma(r, p, 0.00019841269884918934)
+    p = _fma(r, p, 0.0013888888888942625)
+    p = _fma(r, p, 0.008333333333322167)
+    p = _fma(r, p, 0.04166666666666658)
+    return _fma(r, p, 0.16666666666666677)
+
+
+@_inline
+def _expm1_red(xh, xl, kf):
+    """e**(xh + xl - kf ln2) - 1 as a double-double (uh, ul), for |xh - kf ln2| <= ln2/2 + tiny and
+    |xl| <= ulp(xh); normalized if xl = 0. fma(-kf, LN2_H, xh) is exact (Cody-Waite, exact product)."""
+    r1 = _fma(-kf, LN2_H, xh)
+    rh, e = _two_sum(r1, -kf * LN2_L)
+    rl = e + xl
+    hh, hl = _two_prod(0.5 * rh, rh)
+    s, e2 = _two_sum(rh, hh)
+    s, lo = _fast_two_sum(s, e2 + hl + rh * rh * rh * _expm1_poly(rh))
+    return s, _fma(rl, 1.0 + s, lo)                   # + rl e**rh: rl may be as large as ulp(xh)
+
+
+@_inline
+def _exp_red(xh, xl, lo_clamp, hi_clamp):
+    """(w, k) with e**(xh + xl) = w * 2**k, w = wh + wl in [0.7, 1.42] as a double-double; xh is clamped
+    to [lo_clamp, hi_clamp] (NaN passes through) and xl is dropped where it was."""
+    xc = max(min(xh, hi_clamp), lo_clamp)        # numba's min/max return their first argument if NaN
+    xl = xl if xc == xh else 0.0
+    kf, k = _rint(xc * INV_LN2)
+    uh, ul = _expm1_red(xc, xl, kf)
+    wh, e = _two_sum(1.0, uh)
+    return wh, e + ul, k
+
+
+@_inline
+def _log_poly(z):
+    """P(z) with log(m) = 2s + 2s^3/3 + 2s^5 P(s^2), s^2 <= 0.0295 (weighted error 2**-66)."""
+    p = _fma(z, 0.0659810882301865, 0.06628414525918054)
+    p = _fma(z, p, 0.07693378438608584)
+    p = _fma(z, p, 0.09090892188107189)
+    p = _fma(z, p, 0.11111111259914423)
+    p = _fma(z, p, 0.1428571428505002)
+    return _fma(z, p, 0.20000000000001128)
+
+
+@_inline
+def _log_dd(x, koff):
+    """log(x * 2**koff) as a double-double, relative error about 2**-65, for a positive normal x. With
+    x = 2**k m, m in [sqrt(1/2), sqrt(2)), s = (m-1)/(m+1) as a double-double: log x = k ln2 + 2 atanh(s),
+    whose leading terms 2s and 2s^3/3 are summed exactly (what vpow needs)."""
+    ix = _bits(x)
+    t = ix - 0x3FE6A09E667F3BCD
+    k = (t >> 52) + koff
+    m = _float(ix - ((t >> 52) << 52))
+    f = m - 1.0
+    dh, dl = _two_sum(1.0, m)
+    sh = f / dh
+    sl = (_fma(-sh, dh, f) - sh * dl) / dh
+    zh, zl = _two_prod(sh, sh)
+    ch, cl = _two_prod(zh, sh)
+    cl = cl + zl * sh + 3.0 * zh * sl
+    gh, gl = _two_prod(TWO_THIRDS_H, ch)
+    gl = gl + TWO_THIRDS_L * ch + TWO_THIRDS_H * cl
+    kf = _i2f(k)
+    a, e1 = _two_sum(2.0 * sh, gh)
+    b, e2 = _two_sum(kf * LN2_42, a)
+    return _fast_two_sum(b, e2 + (e1 + (kf * LN2_42_L + (2.0 * sl + (gl + 2.0 * ch * zh * _log_poly(zh))))))
+
+
+# ---- exp, log, expm1, log1p, pow ----
+
+@_inline
+def vexp(x):
+    """e**x."""
+    wh, wl, k = _exp_red(x, -0.0, -746.0, 710.0)
+    return _scale(wh + wl, k)
+
+
+@_inline
+def vexpm1(x):
+    """e**x - 1, accurate near 0."""
+    xc = max(min(x, 710.0), -40.0)
+    kf, k = _rint(xc * INV_LN2)
+    uh, ul = _expm1_red(xc, -0.0, kf)
+    # 2**k (1 + u) - 1 = 2**k u + (2**k - 1), computed at 2**-j where 2**k would overflow
+    j = 64 if k > 1000 else 0
+    p = _pow2(k - j)
+    ch, cl = _two_sum(p, -_pow2(-j))
+    s, e = _two_sum(p * uh, ch)
+    y = (s + (e + (cl + p * ul))) * _pow2(j)
+    return x if x == 0.0 else y
+
+
+@_inline
+def vlog(x):
+    """The natural logarithm."""
+    sub = x < TINY
+    hi, lo = _log_dd(x * 18014398509481984.0 if sub else x, -54 if sub else 0)
+    y = hi + lo
+    y = -INF if x == 0.0 else y
+    y = NAN if x < 0.0 else y
+    return x + x if (x == INF or np.isnan(x)) else y
+
+
+@_inline
+def _log1p_dd(c, a, bh, bl):
+    """c + log(a + bh + bl) rounded once, for a >= 2**-53 normal and |bh + bl| <= ulp(a): log a as a
+    double-double plus log(1 + q) = q - q^2/2, q = b/a (a double-double too: log a and q may cancel)."""
+    lh, ll = _log_dd(a, 0)
+    q = bh / a
+    ql = (_fma(-q, a, bh) + bl) / a - 0.5 * q * q
+    s, e = _two_sum(lh, q)
+    s2, e2 = _two_sum(c, s)
+    return s2 + (e2 + (e + (ll + ql)))
+
+
+@_inline
+def vlog1p(x):
+    """log(1 + x), accurate near 0."""
+    a, b = _two_sum(1.0, x)
+    y = _log1p_dd(0.0, 1.0 if (a < TINY or a == INF) else a, b, 0.0)
+    y = -INF if x == -1.0 else y
+    y = NAN if x < -1.0 else y
+    y = x + x if (x == INF or np.isnan(x)) else y
+    return x if abs(x) < 5.551115123125783e-17 else y
+
+
+@_inline
+def _is_odd_integer(y):
+    """Whether y is an odd integer."""
+    h = y * 0.5
+    return np.floor(y) == y and np.floor(h) != h and abs(y) < 9007199254740992.0
+
+
+@_inline
+def vpow(x, y):
+    """x**y with C99/numpy semantics (also for integer y and negative x)."""
+    ax = abs(x)
+    sub = ax < TINY
+    lh, ll = _log_dd(ax * 18014398509481984.0 if (sub and ax > 0.0) else (1.0 if ax == INF else ax),
+                     -54 if sub else 0)
+    zh, zl = _two_prod(y, lh)
+    zh, zl = _fast_two_sum(zh, zl + y * ll)
+    wh, wl, k = _exp_red(zh, zl, -746.0, 710.0)
+    mag = _scale(wh + wl, k)
+    mag = (INF if y < 0.0 else 0.0) if ax == 0.0 else mag
+    mag = (0.0 if y < 0.0 else INF) if ax == INF else mag
+    mag = 1.0 if ax == 1.0 else mag
+    mag = (0.0 if y < 0.0 else INF) if (y == INF or y == -INF) and ax > 1.0 else mag
+    mag = (INF if y < 0.0 else 0.0) if (y == INF or y == -INF) and ax < 1.0 else mag
+    r = -mag if (_bits(x) < 0 and _is_odd_integer(y)) else mag
+    r = NAN if (x < 0.0 and x > -INF and np.floor(y) != y) else r
+    r = x + y if (np.isnan(x) or np.isnan(y)) else r
+    return 1.0 if (y == 0.0 or x == 1.0) else r
+
+
+# ---- sinh, cosh, tanh, sigmoid, softplus ----
+
+@_inline
+def _hyp(ax, hi_clamp):
+    """For a = min(ax, hi_clamp) = (k + r) ln2, u = e**r - 1 as a double-double: (p, w, k, c) with
+    p = u (2 + u) and w = 1 + u as double-doubles and c = 2**-2k (k clamped to 60). Then
+    sinh a = 2**(k-1) (p + 1 - c) / w, cosh a = 2**(k-1) (p + 1 + c) / w, tanh a = (p + 1 - c) / (p + 1 + c),
+    with no cancellation for small a (p ~ 2a)."""
+    ac = min(ax, hi_clamp)
+    kf, k = _rint(ac * INV_LN2)
+    uh, ul = _expm1_red(ac, -0.0, kf)
+    th, tl = _two_sum(2.0, uh)
+    ph, pl = _dd_mul(uh, ul, th, tl + ul)
+    wh, wl = _two_sum(1.0, uh)
+    c = _pow2(-2 * min(k, 60))
+    return ph, pl, wh, wl + ul, k, c
+
+
+@_inline
+def _hyp_sum(ph, pl, c):
+    """p + 1 + c as a double-double (p = ph + pl; 1 + c kept exact as a double-double)."""
+    ch, cl = _two_sum(1.0, c)
+    s, e = _two_sum(ph, ch)
+    return s, e + (pl + cl)
+
+
+@_inline
+def vsinh(x):
+    """The hyperbolic sine."""
+    ph, pl, wh, wl, k, c = _hyp(abs(x), 711.0)
+    nh, nl = _hyp_sum(ph, pl, -c)
+    qh, ql = _dd_div(nh, nl, wh, wl)
+    return _copysign(_scale(qh + ql, k - 1), x)
+
+
+@_inline
+def vcosh(x):
+    """The hyperbolic cosine."""
+    ph, pl, wh, wl, k, c = _hyp(abs(x), 711.0)
+    nh, nl = _hyp_sum(ph, pl, c)
+    qh, ql = _dd_div(nh, nl, wh, wl)
+    return _scale(qh + ql, k - 1)
+
+
+@_inline
+def vtanh(x):
+    """The hyperbolic tangent."""
+    ph, pl, _, _, _, c = _hyp(abs(x), 20.0)
+    nh, nl = _hyp_sum(ph, pl, -c)
+    dh, dl = _hyp_sum(ph, pl, c)
+    qh, ql = _dd_div(nh, nl, dh, dl)
+    return _copysign(qh + ql, x)
+
+
+@_inline
+def vsigmoid(x):
+    """1 / (1 + e**-x), as 1 / (1 + z) for x >= 0 and z / (1 + z) for x < 0, z = e**-|x| = w 2**k."""
+    wh, wl, k = _exp_red(-abs(x), -0.0, -746.0, 0.0)
+    z = _scale(wh, k)
+    dh, dl = _two_sum(1.0, z)
+    dl = dl + _scale(wl, k)
+    neg = x < 0.0
+    qh, ql = _dd_div(wh if neg else 1.0, wl if neg else 0.0, dh, dl)
+    return _scale(qh + ql, k if neg else 0)
+
+
+@_inline
+def vsoftplus(x):
+    """log(1 + e**x) = max(x, 0) + log1p(e**-|x|)."""
+    wh, wl, k = _exp_red(-abs(x), -0.0, -746.0, 0.0)
+    a, b = _two_sum(1.0, _scale(wh, k))
+    y = _log1p_dd(max(x, 0.0), a, b, _scale(wl, k))
+    return x if x > 40.0 else y
+
+
+# ---- sin, cos, tan ----
+
+@_inline
+def _sin_poly(z):
+    """S1(z) with sin(r) = r - r^3/6 + r^5 S1(r^2), |r| <= pi/4 (weighted error 2**-62)."""
+    p = _fma(z, -7.581591353424894e-13, 1.6058431555909933e-10)
+    p = _fma(z, p, -2.505210548818885e-08)
+    p = _fma(z, p, 2.7557319216752244e-06)
+    p = _fma(z, p, -0.00019841269841260967)
+    return _fma(z, p, 0.00833333333333333)
+
+
+@_inline
+def _cos_poly(z):
+    """C(z) with cos(r) = 1 - r^2/2 + r^4 C(r^2), |r| <= pi/4 (weighted error 2**-60)."""
+    p = _fma(z, 4.737750758212208e-14, -1.1470284842578173e-11)
+    p = _fma(z, p, 2.0876754287074018e-09)
+    p = _fma(z, p, -2.7557319214999753e-07)
+    p = _fma(z, p, 2.480158730157055e-05)
+    p = _fma(z, p, -0.0013888888888888872)
+    return _fma(z, p, 0.041666666666666664)
+
+
+@_inline
+def _sincos(x):
+    """(sin r, cos r) as double-doubles and q, with x = q pi/2 + r, |r| <= pi/4 (for |x| <= TRIG_MAX).
+    r = x - q (PIO2_1 + PIO2_2 + PIO2_3 + PIO2_4): the first product and difference are exact (fma),
+    the second product exact (two_prod), so r is a double-double accurate to about 2**-130 absolute."""
+    qf, q = _rint(x * TWO_OVER_PI)
+    r1 = _fma(-qf, PIO2_1, x)
+    t2h, t2l = _two_prod(qf, PIO2_2)
+    rh, e = _two_sum(r1, -t2h)
+    rl = e - (t2l + _fma(qf, PIO2_3, qf * PIO2_4))
+    rh, rl = _fast_two_sum(rh, rl)
+    zh, zl = _two_prod(rh, rh)
+    ah, al = _two_prod(zh, rh)                             # r^3, and -r^3/6 as double-doubles
+    th, tl = _two_prod(ah, MINUS_SIXTH_H)
+    tl = tl + (_fma(zl, rh, al) * MINUS_SIXTH_H + ah * MINUS_SIXTH_L)
+    sh, e = _two_sum(rh, th)
+    sl = e + (tl + (ah * zh * _sin_poly(zh) + rl * (1.0 - 0.5 * zh)))
+    ch, e = _two_sum(1.0, -0.5 * zh)
+    cl = e - 0.5 * zl + zh * zh * _cos_poly(zh) - rh * rl
+    return sh, sl, ch, cl, q
+
+
+@_inline
+def _trig_special(x, y):
+    """y, or x itself for |x| < 2**-27 (sin x = tan x = x there; keeps -0), NaN for inf and |x| > TRIG_MAX."""
+    y = x if abs(x) < 7.450580596923828e-09 else y
+    return y if abs(x) <= TRIG_MAX else x - x + NAN
+
+
+@_inline
+def trig_fallback(x):
+    """Whether vsin/vcos/vtan(x) returned the NaN marker for a finite x beyond TRIG_MAX (redo with libm)."""
+    return abs(x) > TRIG_MAX and abs(x) < INF
+
+
+@_inline
+def vsin(x):
+    """The sine, for |x| <= TRIG_MAX (NaN marker above: see trig_fallback)."""
+    sh, sl, ch, cl, q = _sincos(x)
+    odd = (q & 1) != 0
+    y = (ch + cl) if odd else (sh + sl)
+    y = -y if (q & 2) != 0 else y
+    return _trig_special(x, y)
+
+
+@_inline
+def vcos(x):
+    """The cosine, for |x| <= TRIG_MAX (NaN marker above: see trig_fallback)."""
+    sh, sl, ch, cl, q = _sincos(x)
+    odd = (q & 1) != 0
+    y = (sh + sl) if odd else (ch + cl)
+    y = -y if ((q + 1) & 2) != 0 else y
+    return y if abs(x) <= TRIG_MAX else x - x + NAN
+
+
+@_inline
+def vtan(x):
+    """The tangent, for |x| <= TRIG_MAX (NaN marker above: see trig_fallback)."""
+    sh, sl, ch, cl, q = _sincos(x)
+    sh, sl = _fast_two_sum(sh, sl)
+    ch, cl = _fast_two_sum(ch, cl)
+    odd = (q & 1) != 0
+    qh, ql = _dd_div(ch if odd else sh, cl if odd else sl, sh if odd else ch, sl if odd else cl)
+    y = qh + ql
+    return _trig_special(x, -y if odd else y)
+
+
+# ---- arctan, arctan2, arcsin, arccos ----
+
+@_inline
+def _atan_poly(z):
+    """A(z) with atan(t) = t + t^3 A(t^2), |t| <= 1/4 (weighted error 2**-62)."""
+    p = _fma(z, -0.04000014533328664, 0.05724865369495584)
+    p = _fma(z, p, -0.0665551964346479)
+    p = _fma(z, p, 0.07691827141406858)
+    p = _fma(z, p, -0.09090896261362741)
+    p = _fma(z, p, 0.11111110903652012)
+    p = _fma(z, p, -0.1428571428381341)
+    p = _fma(z, p, 0.19999999999991452)
+    return _fma(z, p, -0.3333333333333332)
+
+
+@_inline
+def _atan01(th, tl):
+    """atan(th + tl) as a double-double for t in [0, 1]: atan t = atan a + atan((t - a) / (1 + a t)) with
+    a = 0, 1/2 or 1 (t - a is exact), the reduced argument |u| <= 1/4 a double-double."""
+    i1 = th >= 0.25
+    i2 = th >= 0.75
+    a = 1.0 if i2 else (0.5 if i1 else 0.0)
+    ch = PIO4_H if i2 else (ATAN_HALF_H if i1 else 0.0)
+    cl = PIO4_L if i2 else (ATAN_HALF_L if i1 else 0.0)
+    ph, pl = _two_prod(a, th)
+    dh, e = _two_sum(1.0, ph)
+    uh, ul = _dd_div(th - a, tl, dh, e + pl + a * tl)
+    z = uh * uh
+    s, e2 = _two_sum(ch, uh)
+    return s, e2 + (cl + (ul * (1.0 - z) + uh * z * _atan_poly(z)))
+
+
+@_inline
+def varctan(x):
+    """The arctangent."""
+    ax = min(abs(x), 1.152921504606847e18)       # atan(2**60) rounds to pi/2; inf -> 2**60
+    big = ax > 1.0
+    th = 1.0 / ax if big else ax
+    tl = _fma(-th, ax, 1.0) / ax if big else 0.0
+    ah, al = _atan01(th, tl)
+    h, e = _two_sum(PIO2_H if big else 0.0, -ah if big else ah)
+    y = h + (e + ((PIO2_L - al) if big else al))
+    return _copysign(y, x)
+
+
+
+@_inline
+def varctan2(y, x):
+    """The angle of (x, y), with C99/numpy's signed zeros and infinities."""
+    ay, ax = abs(y), abs(x)
+    swap = ay > ax
+    n = ax if swap else ay
+    d = ay if swap else ax
+    both_inf = n == INF
+    n = 1.0 if both_inf else (0.0 if (d == INF or d == 0.0) else n)
+    d = 1.0 if (both_inf or d == INF or d == 0.0) else d
+    small = d < 1.4916681462400413e-154                  # 2**-510: scale so the residual is exact
+    n = n * 1.157920892373162e77 if small else n         # 2**256
+    d = d * 1.157920892373162e77 if small else d
+    th = n / d
+    ah, al = _atan01(th, _fma(-th, d, n) / d)
+    h, e = _two_sum(PIO2_H if swap else 0.0, -ah if swap else ah)
+    l = e + ((PIO2_L - al) if swap else al)
+    neg = _bits(x) < 0
+    h, e = _two_sum(PI_H if neg else 0.0, -h if neg else h)
+    r = h + (e + ((PI_L - l) if neg else l))
+    return _copysign(r, y)
+
+
+@_inline
+def _asin_poly(z):
+    """B(z) with asin(s) = s + s^3 B(s^2), s <= 1/2 (weighted error 2**-59)."""
+    p = _fma(z, 0.0336926668682298, -0.026235080753307747)
+    p = _fma(z, p, 0.02489335628257779)
+    p = _fma(z, p, 0.0006512815816319649)
+    p = _fma(z, p, 0.010019098121222914)
+    p = _fma(z, p, 0.00948199144138182)
+    p = _fma(z, p, 0.01158598459422202)
+    p = _fma(z, p, 0.013961871287484924)
+    p = _fma(z, p, 0.017352945565834534)
+    p = _fma(z, p, 0.022372151585164285)
+    p = _fma(z, p, 0.03038194464527535)
+    p = _fma(z, p, 0.044642857139676126)
+    p = _fma(z, p, 0.07500000000002544)
+    return _fma(z, p, 0.1666666666666666)
+
+
+@_inline
+def _asin_half(ax):
+    """(big, asin(s) as a double-double): s = ax for ax <= 1/2, else s = sqrt((1 - ax) / 2) (exact z) as a
+    double-double, and then asin(ax) = pi/2 - 2 asin(s). NaN for ax > 1."""
+    big = ax > 0.5
+    z = 0.5 * (1.0 - ax) if big else ax * ax
+    sh = np.sqrt(z) if big else ax
+    sl = _fma(-sh, sh, z) / (sh + sh) if (big and z > 0.0) else 0.0
+    return big, sh, sl + sh * z * _asin_poly(z)
+
+
+@_inline
+def varcsin(x):
+    """The arcsine."""
+    big, sh, sl = _asin_half(abs(x))
+    h, e = _two_sum(PIO2_H if big else 0.0, -2.0 * sh if big else sh)
+    y = h + (e + ((PIO2_L - 2.0 * sl) if big else sl))
+    return _copysign(y, x)
+
+
+@_inline
+def varccos(x):
+    """The arccosine: pi/2 - asin x for |x| <= 1/2, 2 asin(s) for x > 1/2, pi - 2 asin(s) for x < -1/2."""
+    big, sh, sl = _asin_half(abs(x))
+    neg = x < 0.0
+    ah = PI_H if (big and neg) else (0.0 if big else PIO2_H)
+    al = PI_L if (big and neg) else (0.0 if big else PIO2_L)
+    b = (-2.0 if neg else 2.0) if big else (1.0 if neg else -1.0)
+    h, e = _two_sum(ah, b * sh)
+    return h + (e + (al + b * sl))
+
+
+# ---- cbrt ----
+
+@_inline
+def vcbrt(x):
+    """The cube root: x = 2**(3k + j) m, a polynomial guess for cbrt(m 2**j), one Newton step, and a last
+    Newton step with the residual v - y**3 computed exactly."""
+    ax = abs(x)
+    sub = ax < TINY
+    a = ax * 18014398509481984.0 if sub else ax
+    ia = _bits(a)
+    e = (ia >> 52) - (1077 if sub else 1023)
+    kf = np.floor((_i2f(e) + 0.5) * 0.3333333333333333)
+    k = _rint(kf)[1]
+    j = e - 3 * k
+    mant = ia & 0x000FFFFFFFFFFFFF
+    m = _float(mant | 0x3FF0000000000000)
+    v = _float(mant | ((j + 1023) << 52))
+    g = _fma(m, -0.010603897688531374, 0.08609135360393823)
+    g = _fma(m, g, -0.3006115740319406)
+    g = _fma(m, g, 0.7181539535247768)
+    g = _fma(m, g, 0.5069793722436446)
+    g = g * (1.5874010519681996 if j == 2 else (1.2599210498948732 if j == 1 else 1.0))
+    g = g - (g * g * g - v) / (3.0 * g * g)
+    ph, pl = _two_prod(g, g)
+    r = _fma(ph, g, -v) + pl * g
+    y = _copysign((g - r / (3.0 * ph)) * _pow2(k), x)
+    return x + x if (ax == 0.0 or ax == INF or np.isnan(x)) else y
