@@ -10,6 +10,8 @@ number of numba compilations small; each op is still its own test.
 """
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -19,11 +21,10 @@ from adgrad.engine.ir.core import Builder, Var
 from adgrad.engine.ir.interp import interpret
 from adgrad.engine.ir.op import KINDS, OPS, Reduction
 from adgrad.engine.ir.rules import Rule
-from adgrad.engine.numeric import scalar as numeric_scalar
 from adgrad.engine.numeric.tables import TableData
 from adgrad.engine.opt.scalarize import scalarize
 
-SHAPES = {"x": (8,), "y": (8,), "s": (), "X": (3, 4), "P": (4,), "T": (8,)}
+SHAPES = {"x": (8,), "y": (8,), "s": (), "X": (3, 4), "P": (4,), "T": (8,), "S": (3, 3), "B": (2, 3, 3)}
 # params: two tables of 7 nodes on [-1, 2] (the table op reads its coefficients whole)
 TABLE = TableData(np.array([[0.3, -1.0, 2.0, 0.5, 0.5, 4.0, -2.0], [1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0]]),
                   x0=-1.0, dx=0.5, xlin=1.5)
@@ -102,6 +103,27 @@ TABLE_CASES = [_table(0), _table(0, xlin=np.inf), _table(1), _table(2), _table(3
 CASES["take"] = lambda b, v: b.emit("take", v["A"], v["T"])
 
 
+def _spectral(op, *rest, **attrs):
+    """A spectral op of S (engine/ir/ops/spectral.py): S, its decomposition, then `rest` by name."""
+    def case(b, v):
+        args = [v["S"], b.emit("eigh3", v["S"])] + [v[n] if isinstance(n, str) else n(b, v) for n in rest]
+        return b.emit(op, *args, **attrs)
+    return case
+
+
+CASES.update({
+    "eigh3": lambda b, v: b.emit("eigh3", v["S"]),
+    "eigvalsh": _spectral("eigvalsh"),
+    "eigvalsh_d": lambda b, v: b.emit("add", _spectral("eigvalsh_d", "B", adjoint=False)(b, v), b.emit(
+        "reduce_sum", _spectral("eigvalsh_d", "S", adjoint=True)(b, v), axes=(0, 1))),
+    "matfun": lambda b, v: b.emit("add", _spectral("matfun", "s", kind=0)(b, v),
+                                  b.emit("add", _spectral("matfun", "s", kind=1)(b, v),
+                                         _spectral("matfun", "s", kind=2)(b, v))),
+    "matfun_d1": _spectral("matfun_d1", "s", "B", kind=1),
+    "matfun_d2": _spectral("matfun_d2", lambda b, v: b.const(0.5), "B", "S", kind=0),
+})
+
+
 def elementwise_case(name):
     """A float elementwise op of arity n on vectors, and once broadcast against the scalar s."""
     op = OPS[name]
@@ -149,7 +171,9 @@ def test_every_slot_is_filled(name):
         assert callable(op.lower) or callable(op.loop), "a structural op lowers to statements or a loop expression"
         assert callable(op.scalar), "a structural op gives its scalarized form"
     for h in op.helpers:
-        assert hasattr(numeric_scalar, h), f"helper '{h}' is not in engine/numeric/scalar.py"
+        module, _, fn = h.rpartition(".")
+        where = importlib.import_module(f"adgrad.engine.numeric.{module or 'scalar'}")
+        assert hasattr(where, fn), f"helper '{h}' is not in engine/numeric/{module or 'scalar'}.py"
     if op.function is not None:
         assert [o.name for o in OPS.values() if o.function == op.function] == [name]
 

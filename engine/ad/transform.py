@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ..ir.core import Builder, Var
 from ..ir.op import OPS
-from ..ir.rules import IndexContribution, batched_index, from_jacobians, from_partials, hard_zeros
+from ..errors import SpecError
+from ..ir.rules import IndexContribution, Unsupported, batched_index, from_jacobians, from_partials, hard_zeros
 
 
 def _custom_rule_as_eqn_rule(rule, b):
@@ -32,6 +33,16 @@ def _depends(graph, seeds):
         if any(a in live for a in e.args):
             live.add(e.out)
     return live
+
+
+def _ancestors(graph, of):
+    """Vars `of` is computed from (itself included): forward mode differentiates only these, so an
+    equation another derivative left behind (dead until DCE) is never differentiated."""
+    need = {of}
+    for e in reversed(graph.eqns):
+        if e.out in need:
+            need.update(e.args)
+    return need
 
 
 def _usable_rule(custom, v, live):
@@ -61,6 +72,7 @@ def jacobian_forward(b: Builder, custom: dict, wrt: Var, of: Var, seed: Var | No
     live = _depends(g, [wrt])
     if of not in live:
         return None
+    live &= _ancestors(g, of)
     with b.active():
         for e in list(g.eqns):
             if e.out not in live or e.out is wrt:
@@ -120,7 +132,9 @@ def jacobian_reverse(b: Builder, custom: dict, wrt: Var, of: Var, seed: Var | No
                 else:
                     cts, arg_masks = r.vjp(eq, ct, bs), [None] * len(args)
             for a, c, m in zip(args, cts, arg_masks):
-                if c is not None and a in live:
+                if isinstance(c, Unsupported) and a in live:
+                    raise SpecError(c.message)
+                if c is not None and a in live and not isinstance(c, Unsupported):
                     pending.setdefault(a, []).append(c)
                     masks.setdefault(a, []).append(m)
                     if zeros:

@@ -61,7 +61,9 @@ def cache_dir():
 def module_source(model_name, globals_lines, point_args, body_lines, per_point):
     """The whole kernel module. `per_point[k]` says whether point_args[k] is indexed by point."""
     src = HEADER.format(model=model_name)
-    src += "".join(f"from adgrad.engine.numeric.scalar import {h} as __{h}\n" for h in HELPERS)
+    for h in HELPERS:                  # "name" is in numeric/scalar.py, "module.name" in numeric/module.py
+        module, _, name = h.rpartition(".")
+        src += f"from adgrad.engine.numeric.{module or 'scalar'} import {name} as __{name}\n"
     if globals_lines:
         src += "\n" + "\n".join(globals_lines) + "\n"
     src += f"\n\n@njit(cache=True, nogil=True, error_model='numpy')\ndef point({', '.join(point_args)}, work):\n"

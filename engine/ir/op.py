@@ -11,7 +11,8 @@ Lowering, by kind:
   or a function of their expressions (and the equation's attributes, as keywords) returning one;
   valid inside loop nests and straight-line code; an argument listed in `whole` is given as the
   name of its flat array instead of an element;
-  `helpers` names the functions of engine/numeric/scalar.py it calls (as `__name`);
+  `helpers` names the functions of engine/numeric/scalar.py it calls (as `__name`), or of another
+  numeric module as "module.name";
 - reduce: `lower` is a `Reduction` (the initial value, the update statement);
 - view: `lower(offset, strides, e)` -> (offset, strides) of the result over the argument's storage,
   or None when the argument must first be copied into contiguous storage (a reshape of a strided
@@ -53,7 +54,7 @@ class Op:
     cost: Callable              # cost(e) -> scalar operations per point (scalarize's payoff, mode choice)
     scalar: Callable | None = None   # element form for opt/scalarize; None: the generic one of the kind
     loop: Callable | None = None     # structural ops computed inside a loop nest: loop(idx, space) -> expr
-    helpers: tuple = ()         # functions of engine/numeric/scalar.py the lowering calls
+    helpers: tuple = ()         # functions of engine/numeric/ the lowering calls ("name": scalar.py)
     commutative: bool = False   # CSE canonicalizes argument order
     function: str | None = None  # the model language's name for it, if it is a plain function
     arity: int | None = None    # number of arguments, where fixed

@@ -8,7 +8,8 @@ with the trailing axes, so elementwise rules need only their partial derivatives
 Elementwise ops are given by their partials (d out / d arg_k as IR, in terms of the args and the
 output), from which `jvp` and `vjp` are derived once. Other ops give both rules. A zero derivative
 is None, never an array of zeros. A reverse rule may return `IndexContribution` for an argument:
-an update of a part of its cotangent, which accumulates in place instead of padding with zeros.
+an update of a part of its cotangent, which accumulates in place instead of padding with zeros; or
+`Unsupported` where it has no derivative to give (a forward rule raises SpecError itself).
 """
 from __future__ import annotations
 
@@ -24,6 +25,13 @@ from .core import Var, current
 class IndexContribution:
     index: tuple                # getitem index into the argument (without batch axes)
     ct: Var                     # cotangent of that part, shape bs + part shape
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A reverse rule's answer for an argument whose derivative the op does not give: an error with
+    this message if that argument depends on what is being differentiated, else nothing."""
+    message: str
 
 
 def emit(op, *args, **attrs):

@@ -9,7 +9,7 @@ Families: elementwise.py (every op entry with a `function` name, and where), red
 linalg.py (matmul dot einsum outer trace transpose det inv), constructors.py (arange linspace
 zeros ones eye reshape stack concatenate).
 """
-from . import constructors, elementwise, linalg, reductions  # noqa: F401  (register their functions)
+from . import constructors, elementwise, linalg, reductions, spectral  # noqa: F401  (register their functions)
 from .call import FUNCTIONS, Call, Fail, builtin
 from .linalg import matmul
 
