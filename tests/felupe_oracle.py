@@ -1,4 +1,4 @@
-"""felupe (with tensortrax, its automatic differentiation) as the oracle of the model library's tests
+"""felupe (with tensortrax, its automatic differentiation) and `hyperelastic` as the oracles of the model library's tests
 (tests/test_felupe.py): the strain energy, the first Piola-Kirchhoff stress and the tangent of a
 hyperelastic law, and one return-mapping step of small-strain J2 plasticity, at M points at once.
 
@@ -9,6 +9,7 @@ from the cell's first quadrature point). Results are turned back into adgrad's l
 from __future__ import annotations
 
 import felupe as fem
+import hyperelastic as hel
 import numpy as np
 import tensortrax as tr
 import tensortrax.math as tm
@@ -34,6 +35,22 @@ HYPERELASTIC = {
     "gent": (gent, {"mu": 1.0, "Jm": 50.0}, 2.0),
     "van_der_waals": (fem.van_der_waals, {"mu": 1.0, "limit": 5.0, "a": 0.5, "beta": 0.1}, 2.0),
     "saint_venant_kirchhoff": (fem.saint_venant_kirchhoff, {"mu": 1.0, "lmbda": 20.0}, None),
+}
+
+
+def tube_constraint(C, Gc, delta):
+    """The I1bar part of the extended tube model, felupe's extended_tube without its stretch part."""
+    D = tm.linalg.det(C) ** (-1 / 3) * tm.trace(C) - 3
+    return Gc / 2 * ((1 - delta**2) * D / (1 - delta**2 * D) + tm.log(1 - delta**2 * D))
+
+
+# Stretch-based laws. tensortrax differentiates eigvalsh by perturbing C by sqrt(eps) (errors of 1e-7
+# to 1e-5 in felupe's ogden and extended_tube), so the oracle of their stretch part is the
+# `hyperelastic` package (exact derivatives, with the limits at equal stretches): model file ->
+# (Ogden terms (mu, alpha) of sum 2 mu/alpha^2 (sum lbar**alpha - 3), felupe's invariant part or None, bulk)
+STRETCH = {
+    "ogden": ([(1.0, 1.7), (0.2, -1.5)], None, 2.0),
+    "extended_tube": ([(0.2169, -0.2)], (tube_constraint, {"Gc": 0.1867, "delta": 0.09693}), 2.0),
 }
 # linear_elastic_plastic_isotropic_hardening: felupe's example lambda = 2, mu = 1, sigma_y = 0.05, K = 0.1
 PLASTICITY = {"E": 8 / 3, "nu": 1 / 3, "sy": 0.05, "K": 0.1}
@@ -65,6 +82,29 @@ def hyperelastic(name, F):
         P = umat.gradient([x, None])[0]
         A = umat.hessian([x, None])[0]
     return W[0], from_felupe(P), from_felupe(A)
+
+
+def stretch_based(name, F):
+    """W, P, A of a STRETCH law at F (M, 3, 3): the stretch part by hyperelastic's distortional
+    space over its stretch framework, the invariant part and the volumetric one by felupe."""
+    terms, invariant, bulk = STRETCH[name]
+    x = to_felupe(F)
+    C = np.einsum("mki,mkj->mij", F, F)
+    lbar2 = np.linalg.det(C)[:, None] ** (-1 / 3) * np.linalg.eigvalsh(C)
+    W = sum(2 * mu / a**2 * (np.sum(lbar2 ** (a / 2), axis=1) - 3) for mu, a in terms)
+    mu, alpha = zip(*terms)
+    umat = hel.DistortionalSpace(hel.StretchesFramework(hel.models.stretches.Ogden(mu=list(mu), alpha=list(alpha))))
+    vol = fem.Volumetric(bulk=bulk)
+    P = umat.gradient([x, None])[0] + vol.gradient([x, None])[0]
+    A = umat.hessian([x, None])[0] + vol.hessian([x, None])[0]
+    W = W + vol.function([x])[0][0]
+    if invariant is not None:
+        fun, kwargs = invariant
+        inv = fem.Hyperelastic(fun, **kwargs)
+        Cx = np.einsum("kI...,kJ...->IJ...", x, x)
+        W = W + tr.function(fun, wrt=0, ntrax=2)(Cx, **kwargs)[0]
+        P, A = P + inv.gradient([x, None])[0], A + inv.hessian([x, None])[0]
+    return W, from_felupe(P), from_felupe(A)
 
 
 def plasticity(eps, eps_p, alpha, eps_old):

@@ -1,7 +1,8 @@
 """The model library (configs/models/*.yaml) against felupe, the oracle (tests/felupe_oracle.py).
 
 Each hyperelastic law's W, P = dW/dF and A = d2W/dF2, compiled by adgrad from its model file, equal
-felupe's at 1000 deformation gradients: F = I, 99 uniaxial stretches diag(s, 1/sqrt(s), 1/sqrt(s)) with
+felupe's (for the stretch-based Ogden and extended tube: the `hyperelastic` package's, whose derivatives
+at equal stretches are exact where tensortrax perturbs) at 1000 deformation gradients: F = I, 99 uniaxial stretches diag(s, 1/sqrt(s), 1/sqrt(s)) with
 s in [0.5, 3] and 900 random F = I + 0.25 N(0, 1) with det F > 0. J2 plasticity's stress, plastic
 strain, hardening variable and consistent tangent equal felupe's at 1000 strains (half of them
 yielding), its tangent equals the closed-form Simo-Hughes tangent and its pure-shear curve the
@@ -28,6 +29,7 @@ MODELS = ROOT / "configs" / "models"
 PLASTIC = "linear_elastic_plastic_isotropic_hardening"
 RTOL = 1e-10
 HYPER = [("W", "F"), ("W", ["F", "F"])]
+HYPERELASTIC = sorted([*fo.HYPERELASTIC, *fo.STRETCH])     # felupe's laws, and the stretch-based ones
 
 
 def rel_err(a, b):
@@ -80,7 +82,7 @@ def kernels():
     """name -> (model, kernel), every library model compiled once. numba compiles on one core, so a
     second process compiles every other model meanwhile, and this one then loads those from adgrad's
     kernel cache (with a warm cache both only load)."""
-    names = sorted([*fo.HYPERELASTIC, PLASTIC])
+    names = sorted([*HYPERELASTIC, "hencky", PLASTIC])
     helper = subprocess.Popen([sys.executable, "-c", COMPILE, *names[1::2]], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
@@ -98,7 +100,8 @@ def hyperelastic(kernels, points):
     def get(name):
         if name not in done:
             model, kernel = kernels[name]
-            done[name] = (model, kernel, kernel.evaluate({"F": points}), fo.hyperelastic(name, points))
+            oracle = fo.stretch_based if name in fo.STRETCH else fo.hyperelastic
+            done[name] = (model, kernel, kernel.evaluate({"F": points}), oracle(name, points))
         return done[name]
     return get
 
@@ -112,7 +115,7 @@ def compare(out, ref):
     return [rel_err(a[finite], b[finite]).max() for a, b in zip(got, ref)], int(finite.sum())
 
 
-@pytest.mark.parametrize("name", sorted(fo.HYPERELASTIC))
+@pytest.mark.parametrize("name", HYPERELASTIC)
 def test_hyperelastic_law_equals_felupe(name, hyperelastic):
     _, _, out, ref = hyperelastic(name)
     errors, finite = compare(out, ref)
@@ -121,7 +124,7 @@ def test_hyperelastic_law_equals_felupe(name, hyperelastic):
     assert max(errors) <= RTOL, dict(zip(("W", "P", "A"), errors))
 
 
-@pytest.mark.parametrize("name", sorted(fo.HYPERELASTIC))
+@pytest.mark.parametrize("name", HYPERELASTIC)
 def test_a_perturbed_param_is_caught(name, hyperelastic, points):
     """The comparison can fail: each param changed by 1e-6 relative gives errors far above RTOL."""
     model, kernel, _, ref = hyperelastic(name)
@@ -129,6 +132,47 @@ def test_a_perturbed_param_is_caught(name, hyperelastic, points):
         out = kernel.evaluate({"F": points}, params={param: value * (1 + 1e-6)})
         errors, _ = compare(out, ref)
         assert max(errors) > 100 * RTOL, (param, errors)
+
+
+def test_ogden_with_exponents_2_and_minus_2_is_mooney_rivlin(kernels, points):
+    """sum lbar**2 = I1bar and sum lbar**-2 = I2bar, so Ogden (mu1, 2; mu2, -2) is Mooney-Rivlin with
+    C10 = mu1/2, C01 = mu2/2: also its tangent at F = I and at the uniaxial stretches (equal stretches)."""
+    _, ogden = kernels["ogden"]
+    mr_model, mr = kernels["mooney_rivlin"]
+    c10, c01 = params_of(mr_model)["C10"], params_of(mr_model)["C01"]
+    got = ogden.evaluate({"F": points}, params={"mu1": 2 * c10, "alpha1": 2.0, "mu2": 2 * c01, "alpha2": -2.0})
+    want = mr.evaluate({"F": points})
+    for name in ("W", "dW_dF", "d2W_dF_dF"):
+        assert rel_err(got[name], want[name]).max() <= 1e-12, name
+
+
+def log_strain(F):
+    """log V of b = F F^T (M, 3, 3), by numpy's eigh."""
+    lam, n = np.linalg.eigh(np.einsum("mik,mjk->mij", F, F))
+    return np.einsum("mia,ma,mja->mij", n, np.log(lam) / 2, n)
+
+
+def test_hencky_stress_is_the_closed_form(kernels, points):
+    """P = tau F^-T with tau = 2 mu dev(log V) + bulk tr(log V) I, and at F = I the tangent of linear
+    elasticity with shear modulus mu and bulk modulus bulk; elsewhere the tangent equals central
+    differences of that stress."""
+    model, k = kernels["hencky"]
+    mu, bulk = params_of(model)["mu"], params_of(model)["bulk"]
+
+    def stress(F):
+        e = log_strain(F)
+        tr_e = np.trace(e, axis1=1, axis2=2)[:, None, None]
+        tau = 2 * mu * (e - tr_e / 3 * np.eye(3)) + bulk * tr_e * np.eye(3)
+        return tau @ np.linalg.inv(F).transpose(0, 2, 1)
+    out = k.evaluate({"F": points})
+    assert rel_err(out["dW_dF"], stress(points)).max() <= 1e-12
+    d = np.eye(3)
+    linear = mu * (np.einsum("ik,jl->ijkl", d, d) + np.einsum("il,jk->ijkl", d, d)) + \
+        (bulk - 2 * mu / 3) * np.einsum("ij,kl->ijkl", d, d)
+    assert np.abs(out["d2W_dF_dF"][0] - linear).max() <= 1e-13
+    h, F = 1e-6, points[::50]
+    fd = np.stack([(stress(F + h * E) - stress(F - h * E)) / (2 * h) for E in np.eye(9).reshape(9, 3, 3)], axis=-1)
+    assert rel_err(out["d2W_dF_dF"][::50], fd.reshape(-1, 3, 3, 3, 3)).max() <= 1e-7
 
 
 # -- small-strain J2 plasticity with linear isotropic hardening
@@ -229,7 +273,7 @@ def test_plasticity_pure_shear(plastic):
 def test_the_checked_models_are_in_the_library_and_documented():
     """Each model checked here is a file of configs/models whose header gives its parameters, a
     reference and its felupe counterpart."""
-    checked = sorted([*fo.HYPERELASTIC, PLASTIC])
+    checked = sorted([*HYPERELASTIC, "hencky", PLASTIC])
     assert set(checked) <= {p.stem for p in MODELS.glob("*.yaml")}
     for name in checked:
         header = (MODELS / f"{name}.yaml").read_text().split("\nadgrad:")[0]
