@@ -1,4 +1,4 @@
-"""felupe (with tensortrax, its automatic differentiation) and `hyperelastic` as the oracles of the model library's tests
+"""felupe (with tensortrax, its automatic differentiation) and `hyperelastic`: the oracles of the model library's tests
 (tests/test_felupe.py): the strain energy, the first Piola-Kirchhoff stress and the tangent of a
 hyperelastic law, and one return-mapping step of small-strain J2 plasticity, at M points at once.
 

@@ -314,23 +314,18 @@ def _is_odd_integer(y):
 
 @_inline
 def vpow(x, y):
-    """x**y with C99/numpy semantics (also for integer y and negative x)."""
+    """x**y with C99/numpy semantics (also for integer y and negative x): e**(y log|x|) with log|x| and
+    the product as double-doubles; log 0 = -inf and log inf = inf give the zeros and infinities."""
     ax = abs(x)
     sub = ax < TINY
-    lh, ll = _log_dd(ax * 18014398509481984.0 if (sub and ax > 0.0) else (1.0 if ax == INF else ax),
-                     -54 if sub else 0)
-    zh, zl = _two_prod(y, lh)
-    zh, zl = _fast_two_sum(zh, zl + y * ll)
-    wh, wl, k = _exp_red(zh, zl, -746.0, 710.0)
-    mag = _scale(wh + wl, k)
-    mag = (INF if y < 0.0 else 0.0) if ax == 0.0 else mag
-    mag = (0.0 if y < 0.0 else INF) if ax == INF else mag
-    mag = 1.0 if ax == 1.0 else mag
-    mag = (0.0 if y < 0.0 else INF) if (y == INF or y == -INF) and ax > 1.0 else mag
-    mag = (INF if y < 0.0 else 0.0) if (y == INF or y == -INF) and ax < 1.0 else mag
-    r = -mag if (_bits(x) < 0 and _is_odd_integer(y)) else mag
+    lh, ll = _log_dd(ax * 18014398509481984.0 if sub else (1.0 if ax == INF else ax), -54 if sub else 0)
+    lh = -INF if ax == 0.0 else lh
+    lh = ax if (ax == INF or np.isnan(ax)) else lh
+    zh, zl = _two_prod(y, lh)                     # |zl + y ll| <= 2 ulp(zh): _exp_red takes it as it is
+    wh, wl, k = _exp_red(zh, zl + y * ll, -746.0, 710.0)
+    r = 1.0 if ax == 1.0 else _scale(wh + wl, k)
+    r = -r if (_bits(x) < 0 and _is_odd_integer(y)) else r
     r = NAN if (x < 0.0 and x > -INF and np.floor(y) != y) else r
-    r = x + y if (np.isnan(x) or np.isnan(y)) else r
     return 1.0 if (y == 0.0 or x == 1.0) else r
 
 
@@ -564,8 +559,8 @@ def varctan2(y, x):
     l = e + ((PIO2_L - al) if swap else al)
     neg = _bits(x) < 0
     h, e = _two_sum(PI_H if neg else 0.0, -h if neg else h)
-    r = h + (e + ((PI_L - l) if neg else l))
-    return _copysign(r, y)
+    r = _copysign(h + (e + ((PI_L - l) if neg else l)), y)
+    return x + y if (np.isnan(x) or np.isnan(y)) else r
 
 
 @_inline
