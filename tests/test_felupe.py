@@ -2,12 +2,13 @@
 
 Each hyperelastic law's W, P = dW/dF and A = d2W/dF2, compiled by adgrad from its model file, equal
 felupe's (for the stretch-based Ogden and extended tube: the `hyperelastic` package's, whose
-derivatives at equal stretches are exact where tensortrax perturbs) at 1000 deformation gradients:
-F = I, 99 uniaxial stretches diag(s, 1/sqrt(s), 1/sqrt(s)) with s in [0.5, 3] and 900 random
-F = I + 0.25 N(0, 1) with det F > 0. J2 plasticity's stress, plastic strain, hardening variable and consistent tangent equal felupe's at 1000 strains (half of them
-yielding), its tangent equals the closed-form Simo-Hughes tangent and its pure-shear curve the
-closed-form one. felupe gets the param values the model files declare from felupe_oracle, not from
-the files, so a changed param fails; a param perturbed by 1e-6 is caught too.
+derivatives at equal stretches are exact where tensortrax perturbs) at 1000 deformation gradients: F
+= I, 99 uniaxial stretches diag(s, 1/sqrt(s), 1/sqrt(s)) with s in [0.5, 3] and 900 random F = I +
+0.25 N(0, 1) with det F > 0. J2 plasticity's stress, plastic strain, hardening variable and
+consistent tangent equal felupe's at 1000 strains (half of them yielding), its tangent equals the
+closed-form Simo-Hughes tangent and its pure-shear curve the closed-form one. felupe gets the param
+values the model files declare from felupe_oracle, not from the files, so a changed param fails; a
+param perturbed by 1e-6 is caught too.
 
 Agreement is norm-wise per point: |adgrad - felupe| / max(|felupe|, floor) <= 1e-10, with Frobenius
 norms over the value's entries, and floor = 1e-3 times the median of |felupe| over the points (it
