@@ -122,9 +122,10 @@ def sets():
         # expm1(r) = r + r^2/2 + r^3 Q(r), |r| <= ln2/2; weight: relative to expm1(r)
         "EXPM1_Q": (_q_exp, -R, R, 9, lambda r: abs(r ** 3 / mp.expm1(r)) if r else 0,
                     "expm1(r) = r + r^2/2 + r^3 Q(r), |r| <= ln2/2"),
-        # log(m) = 2s + 2s^3/3 + 2 s^5 P(s^2), s = (m-1)/(m+1), m in [sqrt(1/2), sqrt(2)]
-        "LOG_P": (_series_at_0(lambda z: (mp.atanh(mp.sqrt(z)) / mp.sqrt(z) - 1 - z / 3) / z ** 2, mp.mpf(1) / 5),
-                  TINY, Z_LOG, 6, lambda z: z * z, "log(m) = 2s + 2s^3/3 + 2s^5 P(s^2), s^2 <= 0.0295"),
+        # log(m) = 2s + s^3 (2/3 + 2s^2/5 + s^4 P(s^2)), s = (m-1)/(m+1), m in [sqrt(1/2), sqrt(2)]
+        "LOG_P": (_series_at_0(lambda z: ((2 * mp.atanh(mp.sqrt(z)) / mp.sqrt(z) - 2) / z - mp.mpf(2) / 3
+                                          - 2 * z / 5) / z ** 2, mp.mpf(2) / 7),
+                  TINY, Z_LOG, 6, lambda z: z ** 3 / 2, "log(m) = 2s + s^3 (2/3 + 2s^2/5 + s^4 P(s^2)), s^2 <= 0.0295"),
         # sin(r) = r - r^3/6 + r^5 S1(r^2), cos(r) = 1 - r^2/2 + r^4 C(r^2), |r| <= pi/4
         "SIN_S1": (_series_at_0(lambda z: (mp.sin(mp.sqrt(z)) - mp.sqrt(z) + z * mp.sqrt(z) / 6) / (z * z * mp.sqrt(z)),
                                 mp.mpf(1) / 120),
@@ -156,6 +157,7 @@ def _constants():
                     ("TWO_THIRDS", mp.mpf(2) / 3), ("MINUS_SIXTH", -mp.mpf(1) / 6)]:
         h = float(v)
         out.append(f"{name}_H, {name}_L = {h!r}, {float(v - h)!r}")
+    out.append(f"TWO_FIFTHS_L = {float(mp.mpf(2) / 5 - 0.4)!r}")
     h42 = mp.floor(ln2 * 2 ** 42) / 2 ** 42
     out.append(f"LN2_42, LN2_42_L = {float(h42)!r}, {float(ln2 - h42)!r}    # k * LN2_42 exact for |k| < 2**11")
     parts, rest = [], pio2
