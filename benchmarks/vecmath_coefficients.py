@@ -112,6 +112,21 @@ def _series_at_0(f, value):
     return lambda x: f(x) if abs(x) > TINY else mp.mpf(value)
 
 
+_C0 = 2 / mp.sqrt(mp.pi)
+
+
+def _erf_q(m):
+    """Q(u) = (erf(m + u) - E0 - E1 u - E2 u^2) / u^3: E0 = erf(m), E1 = erf'(m), E2 = erf''(m)/2 = -m E1."""
+    m = mp.mpf(m)
+    e0, e1 = mp.erf(m), _C0 * mp.exp(-m * m)
+    e2 = -m * e1
+    return lambda u: (mp.erf(m + u) - e0 - e1 * u - e2 * u * u) / u ** 3 if abs(u) > TINY else (2 * m * m - 1) * e1 / 3
+
+
+def _erf_w(m):
+    return lambda u: abs(u) ** 3 / mp.erf(mp.mpf(m) + u)
+
+
 def sets():
     """name -> (f, a, b, degree, weight, the interval's meaning)."""
     R = mp.log(2) / 2 * (1 + mp.mpf(2) ** -20)
@@ -139,6 +154,15 @@ def sets():
         # asin(s) = s + s^3 B(s^2), s <= 1/2
         "ASIN_B": (_series_at_0(lambda z: (mp.asin(mp.sqrt(z)) - mp.sqrt(z)) / (z * mp.sqrt(z)), mp.mpf(1) / 6),
                    TINY, mp.mpf(1) / 4, 13, lambda z: z, "asin(s) = s + s^3 B(s^2)"),
+        # erf(x) = C0 x + C3 x^3 + x^5 A(x^2), |x| <= 1/2, C0 = 2/sqrt(pi) and C3 = -C0/3 double-doubles
+        "ERF_A": (_series_at_0(lambda z: (mp.erf(mp.sqrt(z)) / mp.sqrt(z) - _C0 + _C0 * z / 3) / z ** 2, _C0 / 10),
+                  TINY, mp.mpf(1) / 4, 6, lambda z: z * z / _C0, "erf(x) = C0 x + C3 x^3 + x^5 A(x^2), |x| <= 1/2"),
+        # erf(m + u) = E0 + E1 u + E2 u^2 + u^3 Q(u), |u| <= 3/8, m = 7/8 and 13/8 (E0..E2: `constants()`)
+        "ERF_B1": (_erf_q(0.875), -0.375, 0.375, 13, _erf_w(0.875), "erf(7/8 + u) = E0 + E1 u + E2 u^2 + u^3 Q(u)"),
+        "ERF_B2": (_erf_q(1.625), -0.375, 0.375, 13, _erf_w(1.625), "erf(13/8 + u) = E0 + E1 u + E2 u^2 + u^3 Q(u)"),
+        # erfc(4 + u) = e^{-(4+u)^2} R(u), |u| <= 2; weight: the error of erfc relative to erf
+        "ERF_R": (lambda u: mp.erfc(4 + u) * mp.exp((4 + u) ** 2), -2, 2, 16,
+                  lambda u: mp.exp(-(4 + u) ** 2) / mp.erf(4 + u), "erfc(4 + u) = exp(-(4+u)^2) R(u), |u| <= 2"),
         # cbrt(m) on [1, 2]: a first guess to ~1e-7 for two Newton steps
         "CBRT_G": (lambda m: mp.cbrt(m), 1, 2, 4, lambda m: 1 / mp.cbrt(m), "cbrt(m), m in [1, 2]"),
     }
@@ -158,6 +182,11 @@ def _constants():
         h = float(v)
         out.append(f"{name}_H, {name}_L = {h!r}, {float(v - h)!r}")
     out.append(f"TWO_FIFTHS_L = {float(mp.mpf(2) / 5 - 0.4)!r}")
+    erfs = [(f"{n}{i}", v) for n, m in (("ERF78_", mp.mpf(7) / 8), ("ERF138_", mp.mpf(13) / 8))
+            for i, v in enumerate((mp.erf(m), _C0 * mp.exp(-m * m), -m * _C0 * mp.exp(-m * m)))]
+    for name, v in [("ERF_C0", _C0), ("ERF_C3", -_C0 / 3)] + erfs:
+        h = float(v)
+        out.append(f"{name}_H, {name}_L = {h!r}, {float(v - h)!r}")
     h42 = mp.floor(ln2 * 2 ** 42) / 2 ** 42
     out.append(f"LN2_42, LN2_42_L = {float(h42)!r}, {float(ln2 - h42)!r}    # k * LN2_42 exact for |k| < 2**11")
     parts, rest = [], pio2

@@ -61,6 +61,14 @@ PI_H, PI_L = 3.141592653589793, 1.2246467991473532e-16
 ATAN_HALF_H, ATAN_HALF_L = 0.4636476090008061, 2.2698777452961687e-17
 TWO_THIRDS_H, TWO_THIRDS_L = 0.6666666666666666, 3.700743415417188e-17
 TWO_FIFTHS_L = -2.2204460492503132e-17   # 2/5 - 0.4
+ERF_C0_H, ERF_C0_L = 1.1283791670955126, 1.533545961316588e-17
+ERF_C3_H, ERF_C3_L = -0.37612638903183754, 1.3391897206030649e-17
+ERF78_0_H, ERF78_0_L = 0.7840750610598597, -3.204544978890348e-17
+ERF78_1_H, ERF78_1_L = 0.5247450452901482, 1.439496850926237e-17
+ERF78_2_H, ERF78_2_L = -0.45915191462887966, -2.647338525341903e-17
+ERF138_0_H, ERF138_0_L = 0.9784437332399837, -1.7028513178925588e-17
+ERF138_1_H, ERF138_1_L = 0.08047225902251116, 1.0359757380047113e-18
+ERF138_2_H, ERF138_2_L = -0.13076742091158064, -3.418184050234463e-18
 MINUS_SIXTH_H, MINUS_SIXTH_L = -0.16666666666666666, -9.25185853854297e-18
 
 
@@ -557,7 +565,8 @@ def varctan2(y, x):
     n = n * 1.157920892373162e77 if small else n         # 2**256
     d = d * 1.157920892373162e77 if small else d
     th = n / d
-    ah, al = _atan01(th, _fma(-th, d, n) / d)
+    tl = _fma(-th, d, n) / d                             # below 2**-960 it would be a coarse subnormal, and
+    ah, al = _atan01(th, tl if th > 1e-289 else 0.0)     # atan t = t = th there, correctly rounded
     h, e = _two_sum(PIO2_H if swap else 0.0, -ah if swap else ah)
     l = e + ((PIO2_L - al) if swap else al)
     neg = _bits(x) < 0
@@ -643,3 +652,94 @@ def vcbrt(x):
     r = _fma(ph, g, -v) + pl * g
     y = _copysign((g - r / (3.0 * ph)) * _pow2(k), x)
     return x + x if (ax == 0.0 or ax == INF or np.isnan(x)) else y
+
+
+# ---- erf ----
+
+@_inline
+def _erf_a(z):
+    """A(z) with erf(x) = C0 x + C3 x^3 + x^5 A(x^2), |x| <= 1/2 (weighted error 2**-57)."""
+    p = _fma(z, 1.4797064085447076e-06, -1.4853237382954627e-05)
+    p = _fma(z, p, 0.00012053648736227418)
+    p = _fma(z, p, -0.0008548304748273756)
+    p = _fma(z, p, 0.005223977460485717)
+    p = _fma(z, p, -0.026866170638923364)
+    return _fma(z, p, 0.1128379167094623)
+
+
+@_inline
+def _erf_b(u, hi):
+    """Q(u) with erf(m + u) = E0 + E1 u + E2 u^2 + u^3 Q(u), |u| <= 3/8, m = 13/8 if hi else 7/8
+    (weighted error 2**-60)."""
+    p = _fma(u, 6.705227077935617e-07 if hi else -3.2235788462546012e-06, 2.5801065569585395e-06 if hi else 3.8169864424071897e-07)
+    p = _fma(u, p, -1.0611485403035514e-05 if hi else 2.902817384993576e-05)
+    p = _fma(u, p, -4.212507387145322e-06 if hi else -2.907290704291257e-05)
+    p = _fma(u, p, 8.797060152239721e-05 if hi else -0.00019296064444108965)
+    p = _fma(u, p, -0.0001256709228479867 if hi else 0.0003900580535954373)
+    p = _fma(u, p, -0.0003559792697413155 if hi else 0.0008981544113916924)
+    p = _fma(u, p, 0.0014106855369493425 if hi else -0.003256863116673308)
+    p = _fma(u, p, -0.0005765254278891251 if hi else -0.0018461468368187633)
+    p = _fma(u, p, -0.006184261534727238 if hi else 0.01859572677939012)
+    p = _fma(u, p, 0.014414781131018253 if hi else -0.01036778574631312)
+    p = _fma(u, p, -0.002134924840240348 if hi else -0.06721587738361082)
+    p = _fma(u, p, -0.049718863159089854 if hi else 0.11239656243519786)
+    return _fma(u, p, 0.11484061964670615 if hi else 0.09292360177013213)
+
+
+@_inline
+def _erf_r(u):
+    """R(u) with erfc(4 + u) = e**-(4 + u)^2 R(u), |u| <= 2 (weighted error 2**-61)."""
+    p = _fma(u, 3.652747623357095e-11, 3.7901172696845266e-10)
+    p = _fma(u, p, 2.0081988479570618e-09)
+    p = _fma(u, p, 5.608224262646125e-09)
+    p = _fma(u, p, 1.1169981431904221e-08)
+    p = _fma(u, p, 3.1207889179863174e-09)
+    p = _fma(u, p, 2.5658740411693837e-08)
+    p = _fma(u, p, -1.5945785483576563e-07)
+    p = _fma(u, p, 6.985609563764645e-07)
+    p = _fma(u, p, -3.517340395998017e-06)
+    p = _fma(u, p, 1.690849423980543e-05)
+    p = _fma(u, p, -7.990449864627042e-05)
+    p = _fma(u, p, 0.00037035420750536054)
+    p = _fma(u, p, -0.0016811819770114807)
+    p = _fma(u, p, 0.007465433135422939)
+    p = _fma(u, p, -0.03238350611987803)
+    return _fma(u, p, 0.136999457624055)
+
+
+@_inline
+def _erf_small(ax):
+    """erf(ax) for ax <= 1/2: C0 ax + C3 ax^3 (double-doubles) + ax^5 A(ax^2)."""
+    zh, zl = _two_prod(ax, ax)
+    ch, cl = _two_prod(zh, ax)                       # ax^3
+    th, tl = _two_prod(ERF_C3_H, ch)
+    ph, pl = _two_prod(ERF_C0_H, ax)
+    s, e = _two_sum(ph, th)
+    lo = pl + (ERF_C0_L * ax + (tl + ERF_C3_L * ch + ERF_C3_H * (cl + zl * ax) + ch * zh * _erf_a(zh)))
+    return s + (e + lo)
+
+
+@_inline
+def _erf_mid(ax):
+    """erf(ax) for 1/2 < ax < 2: E0 + E1 u + E2 u^2 (double-doubles) + u^3 Q(u) about m = 7/8 or 13/8."""
+    hi = ax >= 1.25
+    u = ax - (1.625 if hi else 0.875)               # exact
+    ph, pl = _two_prod(ERF138_1_H if hi else ERF78_1_H, u)
+    zh, zl = _two_prod(u, u)
+    qh, ql = _two_prod(ERF138_2_H if hi else ERF78_2_H, zh)
+    s, e = _two_sum(ERF138_0_H if hi else ERF78_0_H, ph)
+    s, e2 = _two_sum(s, qh)
+    lo = (ERF138_0_L if hi else ERF78_0_L) + (ERF138_1_L if hi else ERF78_1_L) * u + (
+        ERF138_2_L if hi else ERF78_2_L) * zh + (ERF138_2_H if hi else ERF78_2_H) * zl
+    return s + (e + (e2 + (pl + (ql + (lo + zh * u * _erf_b(u, hi))))))
+
+
+@_inline
+def verf(x):
+    """The error function: a double-double-led polynomial in x for |x| <= 1/2, in |x| - 7/8 or |x| - 13/8
+    below 2, then 1 - e**-x^2 R(|x| - 4) (x^2 a double-double) up to 6, where erf rounds to +-1."""
+    ax = min(abs(x), 6.0)
+    zh, zl = _two_prod(ax, ax)
+    wh, _, k = _exp_red(-zh, -zl, -746.0, 0.0)
+    yc = 1.0 - _scale(wh * _erf_r(ax - 4.0), k)
+    return _copysign(_erf_small(ax) if ax <= 0.5 else (_erf_mid(ax) if ax < 2.0 else yc), x)
