@@ -6,3 +6,4 @@ MAX_EQUATIONS = 1_000_000       # IR equations of a model with its derivatives (
 MAX_CHUNK = 1 << 30             # points per chunk: more could not be buffered on any machine
 MAX_YAML_VALUES = 1 << 20       # values a model or config file may expand to (YAML aliases included)
 MAX_YAML_DEPTH = 100            # nesting of YAML collections
+MAX_NEWTON = 100                # iterations of a solve: each is unrolled into the kernel

@@ -15,7 +15,8 @@ from .ir.core import Builder, Graph, Var
 from .ir.interp import interpret
 from .ir.lower import Lowerer
 from .numeric.tables import MIN_NODES, TableData
-from .spec import Expr, H5Ref, Model, ParamDecl, PotentialRef, TableRef, derivative_name
+from .solve import solve
+from .spec import Expr, H5Ref, Model, ParamDecl, PotentialRef, SolveDecl, TableRef, derivative_name
 
 
 @dataclass
@@ -165,7 +166,7 @@ def build(spec: Model) -> LoadedModel:
     lw = Lowerer(b, spec.functions, custom, named)
     env = {**g.inputs, **named}
     for name, expr in spec.lets.items():
-        env[name] = lw.lower(expr, env)
+        env[name] = solve(b, lw.lower, custom, expr, env) if isinstance(expr, SolveDecl) else lw.lower(expr, env)
     for name, expr in spec.outputs.items():
         g.outputs[name] = lw.lower(expr, env)
     manual = {}

@@ -14,7 +14,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 
 from .errors import SpecError
-from .limits import MAX_CHUNK, MAX_ELEMENTS, MAX_YAML_DEPTH, MAX_YAML_VALUES
+from .limits import MAX_CHUNK, MAX_ELEMENTS, MAX_NEWTON, MAX_YAML_DEPTH, MAX_YAML_VALUES
 from .numeric.tables import check_grid
 from .potentials import READERS, SUFFIXES, format_of
 
@@ -41,6 +41,23 @@ class Loc:
 
     def error(self, message):
         return SpecError(message, self.path, self.line, self.col)
+
+
+@dataclass(frozen=True)
+class SolveDecl:
+    """A let entry defined by an equation: the x with residual(x) = 0, found by Newton's method from
+    `init` (engine/solve.py)."""
+    name: str
+    residual: Expr
+    init: Expr | None           # None: zero, a scalar unknown
+    tol: float                  # converged when max|residual| <= tol * max(1, max|residual(init)|)
+    max_iter: int
+    loc: Loc
+
+
+SOLVE_KEYS = ("solve", "init", "tol", "max_iter")
+SOLVE_TOL = 1e-12
+SOLVE_MAX_ITER = 25
 
 
 @dataclass(frozen=True)
@@ -101,7 +118,7 @@ class Model:
     inputs: dict                # name -> InputDecl, in file order
     params: dict                # name -> ParamDecl
     functions: dict             # name -> FunctionDecl
-    lets: dict                  # name -> Expr, in order
+    lets: dict                  # name -> Expr or SolveDecl, in order
     outputs: dict               # name -> Expr
     derivatives: dict           # "d{of}_d{wrt}" -> Expr (hand-written, used by mode: manual)
 
@@ -491,8 +508,27 @@ def _lets(doc, node, names):
     lets = {}
     for name, node in doc.mapping(node or EMPTY, "let").items():
         names.declare(name, node, "let")
-        lets[name] = doc.expr(node, f"let.{name}")
+        lets[name] = _solve(doc, name, node) if isinstance(node, yaml.MappingNode) else doc.expr(node, f"let.{name}")
     return lets
+
+
+def _solve(doc, name, node):
+    """let.NAME: {solve: RESIDUAL, init: EXPR, tol: T, max_iter: N}."""
+    where = f"let.{name}"
+    m = doc.mapping(node, where, allowed=SOLVE_KEYS, required=("solve",))
+    tol = doc.value(m["tol"]) if "tol" in m else SOLVE_TOL
+    if isinstance(tol, str):                # YAML reads 1e-12 (no dot) as a string
+        try:
+            tol = float(tol)
+        except ValueError:
+            pass
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 1:
+        raise doc.error(m["tol"], f"{where}.tol: a tolerance is a number between 0 and 1, got {tol!r}")
+    max_iter = doc.value(m["max_iter"]) if "max_iter" in m else SOLVE_MAX_ITER
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or not 1 <= max_iter <= MAX_NEWTON:
+        raise doc.error(m["max_iter"], f"{where}.max_iter: an integer from 1 to {MAX_NEWTON}, got {max_iter!r}")
+    init = doc.expr(m["init"], f"{where}.init") if "init" in m else None
+    return SolveDecl(name, doc.expr(m["solve"], f"{where}.solve"), init, float(tol), max_iter, doc.loc(node))
 
 
 def _outputs(doc, node):

@@ -2,7 +2,7 @@
 engine never imports click, and no function in engine/ is longer than about 60 lines without saying
 why (a comment starting with `# long:` in its first lines).
 
-    cli -> api -> (job | tools) -> (storage | compile) -> kernel -> codegen -> (opt | ad) -> ir
+    cli -> api -> (job | tools) -> (storage | compile) -> kernel -> codegen -> model -> (opt | ad) -> ir
         -> spec -> numeric -> errors
 
 A module may import from its own layer and from layers below it; layers side by side (job and tools,
@@ -25,8 +25,9 @@ LAYERS = [
     [("storage", ["engine.store"]), ("compile", ["engine.compile"])],
     [("kernel", ["engine.kernel"])],
     [("codegen", ["engine.codegen"])],
+    [("model", ["engine.model", "engine.solve"])],
     [("opt", ["engine.opt"]), ("ad", ["engine.ad"])],
-    [("ir", ["engine.ir", "engine.model"])],
+    [("ir", ["engine.ir"])],
     [("spec", ["engine.spec", "engine.parse"])],
     [("potentials", ["engine.potentials"])],
     [("numeric", ["engine.numeric"])],

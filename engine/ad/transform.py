@@ -27,10 +27,10 @@ class _Call:
 
 
 def _depends(graph, seeds):
-    """Vars whose value depends on any of `seeds`."""
+    """Vars whose value depends on any of `seeds` for differentiation (not through a `cut` op)."""
     live = set(seeds)
     for e in graph.eqns:
-        if any(a in live for a in e.args):
+        if not OPS[e.op].rule.cut and any(a in live for a in e.args):
             live.add(e.out)
     return live
 

@@ -180,7 +180,7 @@ class Builder:
         if spec.whole:              # an argument read whole (a table): nothing to fold
             return None
         consts = [self.const_value(a) for a in args]
-        if all(c is not None for c in consts) and spec.name not in ("select",) and all(not a.shape for a in args):
+        if all(c is not None for c in consts) and spec.name not in ("select", "stop") and all(not a.shape for a in args):
             with np.errstate(all="ignore"):
                 val = spec.numpy(*[np.float64(c) for c in consts])
             if np.result_type(val) == np.bool_:

@@ -90,6 +90,7 @@ class Rule:
     vjp: object                 # vjp(eqn, ct, bs[, mask]) -> per argument: Var, IndexContribution or None
     masks: object = None        # elementwise only: masks(eqn, mask) -> per argument, the mask of its cotangent
     zeros: bool = False         # vjp makes exact zeros that must stay zero downstream (select): hard_zeros
+    cut: bool = False           # the output is a constant to differentiation: nothing depends on the args through it
 
 # Masks keep `where` from turning a derivative into NaN (JAX's "double where" problem): the
 # cotangent a branch of select receives is exactly zero where the branch was not taken, but the
@@ -187,5 +188,5 @@ def linear(apply, transpose):
     return Rule(jvp, vjp)
 
 
-def no_derivative():
-    return Rule(lambda e, ts, bs: None, lambda e, ct, bs: [None] * len(e.args))
+def no_derivative(cut=False):
+    return Rule(lambda e, ts, bs: None, lambda e, ct, bs: [None] * len(e.args), cut=cut)

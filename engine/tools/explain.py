@@ -18,6 +18,7 @@ def explain(model, config=None, parts=PARTS, mode=None) -> str:
         lines.append(f"model {model.name}: {model.spec.path}")
         for kind, vs in (("input ", g.inputs), ("param ", g.params), ("output", g.outputs)):
             lines += [f"  {kind} {n}: {shape_str(v)}" for n, v in vs.items()]
+        lines += _solves(model)
     if "cost" in parts:
         lines.append("derivatives:")
         for d in kernel.derivatives:
@@ -32,3 +33,17 @@ def explain(model, config=None, parts=PARTS, mode=None) -> str:
     if "source" in parts:
         lines += ["", "# generated kernel", kernel.source]
     return "\n".join(lines)
+
+
+def _solves(model):
+    """What each `solve:` let entry compiles to (engine/solve.py)."""
+    from ..spec import SolveDecl
+    out = []
+    for name, d in model.spec.lets.items():
+        if isinstance(d, SolveDecl):
+            out.append(f"  solve   {name}: {d.residual.text} = 0 by Newton's method from "
+                       f"{d.init.text if d.init else '0'}, {d.max_iter} iterations unrolled (converged iterates kept), "
+                       f"tol {d.tol:g} x max(1, |r(init)|); derivatives by the implicit function theorem (two "
+                       f"Newton steps with the Jacobian frozen at the solution), never through the iterations; "
+                       f"NaN where it has not converged")
+    return out

@@ -229,7 +229,11 @@ def _det(call):
 
 @builtin("inv")
 def _inv(call):
-    a = _square_matrix(call, "inv")
+    return inverse(call, _square_matrix(call, "inv"))
+
+
+def inverse(call, a):
+    """inv(a) of a square matrix: cofactors up to 4x4, Gauss-Jordan with partial pivoting above."""
     n = a.shape[0]
     if n > CLOSED_FORM:
         augmented = concatenate(call, [a, call.constant(np.eye(n))], 1)

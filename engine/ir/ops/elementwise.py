@@ -88,6 +88,9 @@ LN2, LN10 = math.log(2.0), math.log(10.0)
 
 # ---- arithmetic (operators, not functions) -------------------------------------------------------
 op("neg", 1, np.negative, lambda y, x: (-1.0 * _one(x),), "(-{0})")
+# the identity, a constant to differentiation: what a solve's iterations are seen through (engine/solve.py)
+register(Op("stop", "elementwise", _shape("stop", 1, "f8"), lambda x: np.array(x, dtype=float), no_derivative(cut=True),
+            "{0}", per_output(0), arity=1))
 op("add", 2, np.add, lambda y, a, b: (_one(a), _one(b)), "({0} + {1})", commutative=True)
 op("sub", 2, np.subtract, lambda y, a, b: (_one(a), -1.0 * _one(b)), "({0} - {1})")
 op("mul", 2, np.multiply, lambda y, a, b: (b, a), "({0} * {1})", commutative=True)
