@@ -245,26 +245,41 @@ def _log_poly(z):
 
 
 @_inline
-def _log_dd(x, koff):
-    """log(x * 2**koff) as a double-double, relative error about 2**-68, for a positive normal x. With
-    x = 2**k m, m in [sqrt(1/2), sqrt(2)), s = (m-1)/(m+1) as a double-double: log x = k ln2 + 2 atanh(s)
-    = k ln2 + 2s + s^3 B(s^2), B = 2/3 + 2z/5 + ..., with 2s, s^3 and B double-doubles (what vpow needs:
-    its error is y log x's, up to 745 times log x's)."""
+def _log_red(x, koff):
+    """(k, sh, sl) with x 2**koff = 2**k m, m in [sqrt(1/2), sqrt(2)), for a positive normal x, and
+    s = (m-1)/(m+1) = sh + sl as a double-double (m - 1 and the residual of the division are exact); then
+    log x = k ln2 + 2 atanh(s) = k ln2 + 2s + s^3 B(s^2), B = 2/3 + 2z/5 + z^2 P(z), |s| <= 0.1716."""
     ix = _bits(x)
     t = ix - 0x3FE6A09E667F3BCD
-    k = (t >> 52) + koff
     m = _float(ix - ((t >> 52) << 52))
     f = m - 1.0
     dh, dl = _two_sum(1.0, m)
     sh = f / dh
-    sl = (_fma(-sh, dh, f) - sh * dl) / dh
+    return _i2f((t >> 52) + koff), sh, (_fma(-sh, dh, f) - sh * dl) / dh
+
+
+@_inline
+def _log_fast(x, koff):
+    """log(x * 2**koff) as a double-double with s^3 B(s^2) in double: relative error about 2**-60 (what
+    vlog, vlog1p and vsoftplus need: s^3 B is at most 1% of the result)."""
+    kf, sh, sl = _log_red(x, koff)
+    z = sh * sh
+    t = sh * z * _fma(z, _fma(z, _log_poly(z), 0.4), TWO_THIRDS_H)
+    a, e = _two_sum(kf * LN2_42, 2.0 * sh)
+    return _fast_two_sum(a, e + (kf * LN2_42_L + (2.0 * sl + t)))
+
+
+@_inline
+def _log_dd(x, koff):
+    """log(x * 2**koff) as a double-double, relative error about 2**-68 (what vpow needs: its error is
+    y log x's, up to 745 times log x's): 2s, s^3 and B are double-doubles."""
+    kf, sh, sl = _log_red(x, koff)
     zh, zl = _two_prod(sh, sh)
     ch, cl = _two_prod(zh, sh)
     ph, pl = _two_prod(zh, 0.4)                    # B as a double-double, z = zh + zl + 2 sh sl
     bh, e = _fast_two_sum(TWO_THIRDS_H, ph)
     bl = e + (pl + (zh * zh * _log_poly(zh) + (TWO_THIRDS_L + (0.4 * (zl + 2.0 * sh * sl) + TWO_FIFTHS_L * zh))))
     gh, gl = _dd_mul(ch, cl + zl * sh + 3.0 * zh * sl, bh, bl)
-    kf = _i2f(k)
     a, e1 = _two_sum(2.0 * sh, gh)
     b, e2 = _two_sum(kf * LN2_42, a)
     return _fast_two_sum(b, e2 + (e1 + (kf * LN2_42_L + (2.0 * sl + gl))))
@@ -298,7 +313,7 @@ def vexpm1(x):
 def vlog(x):
     """The natural logarithm."""
     sub = x < TINY
-    hi, lo = _log_dd(x * 18014398509481984.0 if sub else x, -54 if sub else 0)
+    hi, lo = _log_fast(x * 18014398509481984.0 if sub else x, -54 if sub else 0)
     y = hi + lo
     y = -INF if x == 0.0 else y
     y = NAN if x < 0.0 else y
@@ -309,7 +324,7 @@ def vlog(x):
 def _log1p_dd(c, a, bh, bl):
     """c + log(a + bh + bl) rounded once, for a >= 2**-53 normal and |bh + bl| <= ulp(a): log a as a
     double-double plus log(1 + q) = q - q^2/2, q = b/a (a double-double too: log a and q may cancel)."""
-    lh, ll = _log_dd(a, 0)
+    lh, ll = _log_fast(a, 0)
     q = bh / a
     ql = (_fma(-q, a, bh) + bl) / a - 0.5 * q * q
     s, e = _two_sum(lh, q)
