@@ -324,6 +324,25 @@ def test_trig_fallback():
         assert np.isnan(y[2:]).all() and np.isfinite(y[:2]).all()
 
 
+@pytest.mark.parametrize("name", ["vsinh", "vpow", "varctan2"])
+def test_int_and_float32_arguments(name):
+    """Ints and float32 are taken as their float64 values (the bit casts and fma convert them; a few
+    functions, as compiling each takes a while)."""
+    f = getattr(vm, name)
+    if name in BINARY:
+        @njit(error_model="numpy")
+        def call(a, b):
+            return f(a, b)
+        cases = [((2, 3), (2.0, 3.0)), ((np.float32(0.5), -3), (0.5, -3.0))]
+    else:
+        @njit(error_model="numpy")
+        def call(a):
+            return f(a)
+        cases = [((1,), (1.0,)), ((np.float32(0.25),), (0.25,)), ((np.int32(-3),), (-3.0,))]
+    for args, as_float in cases:
+        assert _same(np.array(call(*args)), np.array(f(*as_float)))
+
+
 # ---- purity: the same bits in the vectorized loop, its scalar remainder and a call from Python ----
 
 @pytest.mark.parametrize("name", ALL)

@@ -9,14 +9,14 @@ ymm/xmm on others), 2-20x faster than the libm loop (benchmarks/vecmath.py):
     vsin vcos vtan varctan varctan2(y, x) varcsin varccos vcbrt verf
 
 Calling convention (what generated code emits): `from adgrad.engine.numeric.vecmath import vexp as
-__vexp`, then `__vexp(x)` on a float64 (two float64 for vpow(x, y) and varctan2(y, x), numpy's
-argument order); the result is a float64 and numpy's value (np.exp etc.; vsigmoid(x) = 1/(1+e**-x),
-vsoftplus(x) = log(1+e**x)), special values included. Each is `@njit(inline="always",
-error_model="numpy")`: inlining at numba's IR level is what puts the body in the caller's loop (a
-plain @njit callee stays a call, LLVM does not inline it, and the loop is scalar again: measured 7x
-slower than inlined). The caller must be compiled with error_model="numpy" too (with "python" a
-float division checks its divisor and may raise, and that branch stops the vectorizer) and without
-fastmath. Each call site adds about 0.1-0.4 s of compile time (vpow 0.8 s).
+__vexp`, then `__vexp(x)` on a float64 (two for vpow(x, y) and varctan2(y, x), numpy's argument
+order; ints and float32 are converted to float64 first); the result is a float64, numpy's value
+(np.exp etc.; vsigmoid(x) = 1/(1+e**-x), vsoftplus(x) = log(1+e**x)), special values included. Each
+is `@njit(inline="always", error_model="numpy")`: inlining at numba's IR level is what puts the body
+in the caller's loop (a plain @njit callee stays a call, LLVM does not inline it, and the loop is
+scalar again: measured 7x slower than inlined). The caller must be compiled with error_model="numpy"
+too (with "python" a float division checks its divisor and may raise, and that branch stops the
+vectorizer) and without fastmath. Each call site adds about 0.2-0.5 s of compile time (vpow 0.8 s).
 
 Pure: the same bits on every call and in every process, vectorized lanes and scalar remainder alike
 (no fastmath, no contraction; the fma is llvm.fma, correctly rounded, so the bits do not depend on
@@ -88,13 +88,13 @@ MINUS_SIXTH_H, MINUS_SIXTH_L = -0.16666666666666666, -9.25185853854297e-18
 
 @intrinsic
 def _bits(typingctx, x):
-    """The int64 whose bits are float64 x's."""
-    if x != types.float64:
+    """The int64 whose bits are float64(x)'s (x any real: the public functions take ints and float32 too)."""
+    if not isinstance(x, (types.Float, types.Integer, types.Boolean)):
         return None
 
     def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-    return types.int64(types.float64), codegen
+        return builder.bitcast(context.cast(builder, args[0], signature.args[0], types.float64), ir.IntType(64))
+    return types.int64(x), codegen
 
 
 @intrinsic
@@ -110,13 +110,13 @@ def _float(typingctx, i):
 
 @intrinsic
 def _fma(typingctx, a, b, c):
-    """a * b + c with one rounding (llvm.fma.f64: vfmadd on x86 with FMA)."""
-    if not all(t == types.float64 for t in (a, b, c)):
+    """a * b + c with one rounding, in float64 (llvm.fma.f64: vfmadd on x86 with FMA)."""
+    if not all(isinstance(t, (types.Float, types.Integer, types.Boolean)) for t in (a, b, c)):
         return None
 
     def codegen(context, builder, signature, args):
-        return builder.fma(*args)
-    return types.float64(types.float64, types.float64, types.float64), codegen
+        return builder.fma(*(context.cast(builder, v, t, types.float64) for v, t in zip(args, signature.args)))
+    return types.float64(a, b, c), codegen
 
 
 # ---- integer <-> float without cvt instructions, powers of two, double-double arithmetic ----
