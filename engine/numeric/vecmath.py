@@ -3,7 +3,7 @@
 A libm call (math.exp, np.sin) in a loop keeps LLVM from vectorizing it. These functions are numba
 functions made only of float and int64 arithmetic, fma, sqrt, floor and selects, so a loop such as
 `for i in range(n): y[i] = vexp(x[i])` compiles to packed-double code (zmm on this AVX-512 machine,
-ymm/xmm on others), 2-20x faster than the libm loop (benchmarks/vecmath.py):
+ymm/xmm on others), 1.7-12x faster than the libm loop (benchmarks/vecmath.py):
 
     vexp vlog vexpm1 vlog1p vpow(x, y) vsinh vcosh vtanh vsigmoid vsoftplus
     vsin vcos vtan varctan varctan2(y, x) varcsin varccos vcbrt verf
