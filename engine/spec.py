@@ -64,7 +64,7 @@ SOLVE_MAX_ITER = 25
 class InputDecl:
     name: str
     shape: tuple
-    sample: tuple | None        # (low, high) or None
+    sample: tuple | None        # (low, high, center) or None; center: a number or "identity"
     loc: Loc
 
 
@@ -456,12 +456,26 @@ def _inputs(doc, node, names, input_shapes):
         if math.prod(shape) > MAX_ELEMENTS:
             raise doc.error(node, f"inputs.{name}: shape {list(shape)} has {math.prod(shape):,} elements per point, "
                                   f"more than the limit of {MAX_ELEMENTS:,}")
-        sample = None
-        if "sample" in e:
-            r = doc.mapping(e["sample"], f"inputs.{name}.sample", allowed=("low", "high"), required=("low", "high"))
-            sample = (float(doc.value(r["low"])), float(doc.value(r["high"])))
+        sample = _sample(doc, e["sample"], name, shape) if "sample" in e else None
         inputs[name] = InputDecl(name, shape, sample, doc.loc(node))
     return inputs
+
+
+def _sample(doc, node, name, shape):
+    """inputs.NAME.sample: {low, high, center}: center + uniform [low, high) per entry; center is a
+    number (default 0) or `identity` (square matrices in the last two axes: deformation gradients)."""
+    where = f"inputs.{name}.sample"
+    r = doc.mapping(node, where, allowed=("low", "high", "center"), required=("low", "high"))
+    center = doc.value(r["center"]) if "center" in r else 0.0
+    if center == "identity":
+        if len(shape) < 2 or shape[-1] != shape[-2]:
+            raise doc.error(r["center"], f"{where}.center: identity needs square matrices in the last two axes, "
+                                         f"got shape {list(shape)}")
+    elif isinstance(center, bool) or not isinstance(center, (int, float)):
+        raise doc.error(r["center"], f"{where}.center: a number or identity, got {center!r}")
+    else:
+        center = float(center)
+    return float(doc.value(r["low"])), float(doc.value(r["high"])), center
 
 
 def _params(doc, node, names, base_dir):

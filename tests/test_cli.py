@@ -362,6 +362,31 @@ def test_check_wrong_hand_written_derivative(work):
     assert "out of tolerance" in result.stderr
 
 
+def test_check_of_a_model_file_covers_the_tangent():
+    """A model file alone: first derivatives, and the second derivative of a scalar output with
+    respect to a small input (an energy's tangent), at F drawn about the identity."""
+    result = invoke("check", ROOT / "configs" / "models" / "ogden.yaml", "--points", 6)
+    assert result.exit_code == 0, result.output
+    rows = [r for r in result.stdout.splitlines() if r.startswith("d2W_dF_dF")]
+    assert len(rows) == 3 and all(r.rstrip().endswith("ok") for r in rows)   # fwd vs rev, each vs FD
+
+
+def test_sample_about_the_identity(work):
+    out = work / "F.h5"
+    result = invoke("sample", ROOT / "configs" / "models" / "neo_hooke.yaml", "-n", 500, "-o", out)
+    assert result.exit_code == 0, result.output
+    with h5py.File(out, "r") as f:
+        F = f["F"][()]
+        assert json.loads(f.attrs["sample"]) == {"F": [-0.1, 0.1, "identity"]}
+    noise = F - np.eye(3)
+    assert noise.min() >= -0.1 and noise.max() < 0.1 and np.linalg.det(F).min() > 0.5
+    write(work / "bad.yaml", "adgrad: 1\ninputs:\n  x: {shape: [3], sample: {low: 0, high: 1, center: identity}}\n"
+                             "outputs:\n  E: sum(x)\n")
+    result = invoke("sample", work / "bad.yaml", "-n", 5, "-o", work / "x.h5")
+    assert result.exit_code == 2 and "identity needs square matrices in the last two axes" in result.stderr
+    assert f"{work / 'bad.yaml'}:3:" in result.stderr
+
+
 def test_check_spec_error_exit_2(work):
     write(work / "model.yaml", "adgrad: 1\ninputs:\n  x: {shape: [100]}\noutputs:\n  E: sum(x) + rhoo**2\n")
     result = invoke("check", work / "model.yaml")

@@ -120,6 +120,7 @@ CASES.update({
                                   b.emit("add", _spectral("matfun", "s", kind=1)(b, v),
                                          _spectral("matfun", "s", kind=2)(b, v))),
     "matfun_d1": _spectral("matfun_d1", "s", "B", kind=1),
+    "trfun": lambda b, v: b.emit("add", _spectral("trfun", "s", kind=0)(b, v), _spectral("trfun", "s", kind=2)(b, v)),
     "matfun_d2": _spectral("matfun_d2", lambda b, v: b.const(0.5), "B", "S", kind=0),
 })
 

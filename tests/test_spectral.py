@@ -33,6 +33,7 @@ outputs:
   Wsqrt: sum(sqrtm(C) * F)
   Wexp: trace(expm(C/4))
   lam: eigvalsh(C)
+  Wmat: sum(powm(C, a/2))
 """
 # the scalar function each output applies to the eigenvalues of C (for the oracle), where it is tr f(C)
 ORACLE_F = {
@@ -232,7 +233,19 @@ def test_second_derivatives_of_eigenvalues_are_refused(model):
 
 def test_second_derivatives_in_the_exponent_are_refused(model):
     with pytest.raises(SpecError, match="with respect to its exponent"):
-        compile_model(model, derivatives=[("Wpow", ["F", "a"])])
+        compile_model(model, derivatives=[("Wmat", ["F", "a"])])
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_mixed_derivative_of_a_trace_in_the_exponent(model, mode):
+    """trace(powm(C, p)) has the gradient p C**(p-1), a matrix function whose derivative in p is
+    exact (no eigenvalue derivatives), so d2/dF da is given, and equals central differences in a."""
+    F = np.array([f for _, f in CASES])
+    k = compile_model(model, derivatives=[("Wpow", ["F", "a"]), ("Wpow", "F")], mode=mode, values=["Wpow"])
+    h = 1e-6
+    fd = (k.evaluate({"F": F}, params={"a": 1.7 + h})["dWpow_dF"] -
+          k.evaluate({"F": F}, params={"a": 1.7 - h})["dWpow_dF"]) / (2 * h)
+    assert rel(k.evaluate({"F": F})["d2Wpow_dF_da"], fd, 1.0) < 1e-8
 
 
 def test_a_matrix_that_is_not_3x3_is_an_error(tmp_path):

@@ -202,6 +202,12 @@ def matfun(e, kind, p):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def trfun(e, kind, p):
+    """tr F(A) = f(lam_0) + f(lam_1) + f(lam_2)."""
+    return fder(kind, p, 0, e[0]) + fder(kind, p, 0, e[1]) + fder(kind, p, 0, e[2])
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def matfun_dd1(e, kind, p):
     """The first divided differences f[lam_i, lam_j] as (00, 11, 22, 01, 02, 12)."""
     l0, l1, l2 = e[0], e[1], e[2]

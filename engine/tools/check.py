@@ -25,11 +25,19 @@ class Row:
     ok: bool
 
 
+SMALL_INPUT = 36     # a model file alone: second derivatives (tangents) of scalar outputs wrt inputs this small
+
+
 def requested(model, config_derivatives=None):
-    """(of, wrt) pairs: the config's, else every output against every input (first order)."""
+    """(of, wrt) pairs: the config's, else every output against every input, and the second
+    derivative of every scalar output with respect to every input of at most SMALL_INPUT entries
+    twice (the tangent of an energy)."""
     if config_derivatives:
         return [(d.of, tuple(d.wrt)) for d in config_derivatives]
-    return default_requests(model)
+    g = model.graph
+    second = [(o, (i, i)) for o, v in g.outputs.items() if not v.shape
+              for i, w in g.inputs.items() if w.size <= SMALL_INPUT]
+    return default_requests(model) + second
 
 
 def sample_points(model, k, seed=0):

@@ -1,4 +1,5 @@
-"""Synthetic point clouds (`adgrad sample`): uniform values for every input a model or config reads.
+"""Synthetic point clouds (`adgrad sample`): uniform values for every input a model or config reads
+(about a center: 0, a number, or the identity matrix for deformation gradients).
 
 Rows are drawn in fixed blocks of BLOCK rows; block b uses its own generator,
 default_rng(SeedSequence(seed, spawn_key=(b,))) (the b-th child of SeedSequence(seed).spawn), and draws
@@ -28,11 +29,24 @@ DEFAULT_RANGE = (0.0, 1.0)
 
 @dataclass(frozen=True)
 class Column:
-    """One dataset to write: its name in the file, the per-point shape and the uniform range."""
+    """One dataset to write: its name in the file, the per-point shape, the uniform range and the
+    center the draws are added to (a number or "identity")."""
     dataset: str
     shape: tuple
     low: float
     high: float
+    center: object = 0.0
+
+    def offset(self):
+        if self.center == "identity":
+            n = self.shape[-1]
+            return np.broadcast_to(np.eye(n), self.shape)
+        return self.center
+
+    @property
+    def described(self):
+        """The range as the file's `sample` attribute gives it: [low, high] or [low, high, center]."""
+        return [self.low, self.high] + ([] if self.center == 0.0 else [self.center])
 
 
 def columns(model: Model, config: Config | None = None, low=None, high=None) -> list:
@@ -42,9 +56,9 @@ def columns(model: Model, config: Config | None = None, low=None, high=None) -> 
     dataset. With a config, names follow `input.datasets`, and the directions and cotangents of
     jvp/vjp requests are included (shaped like the wrt, resp. the output)."""
     def rng_of(decl_range):
-        lo, hi = decl_range or DEFAULT_RANGE
+        lo, hi, center = decl_range or DEFAULT_RANGE + (0.0,)
         lo, hi = (lo if low is None else low), (hi if high is None else high)
-        return float(lo), float(hi)
+        return float(lo), float(hi), center
 
     cols = {}
 
@@ -92,7 +106,8 @@ class Sampler:
         does not depend on the number of points either."""
         if self._last[0] != b:
             rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(b,)))
-            self._last = (b, {c.dataset: rng.uniform(c.low, c.high, size=(BLOCK,) + c.shape) for c in self.cols})
+            self._last = (b, {c.dataset: rng.uniform(c.low, c.high, size=(BLOCK,) + c.shape) + c.offset()
+                              for c in self.cols})
         return self._last[1]
 
     def rows(self, start: int, stop: int) -> dict:
@@ -120,7 +135,7 @@ def write(path, cols, points: int, seed: int = 0, chunk: int = 65536, overwrite=
         "adgrad_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "points": points, "seed": seed, "sample_block": BLOCK,
-        "sample": json.dumps({c.dataset: [c.low, c.high] for c in cols}),
+        "sample": json.dumps({c.dataset: c.described for c in cols}),
     }
     if model is not None:
         attrs["model_yaml"] = model.text

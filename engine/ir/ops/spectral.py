@@ -7,6 +7,9 @@ eigh3(A) -> (12,)               eigenvalues (ascending) and eigenvectors, packed
                                 its own (a constant to differentiation, as det's pivot choices are).
 matfun(A, E, p; kind) -> (3,3)  F(A) = U diag(f(lam)) U^T, f one of numeric.spectral.KINDS (p: the
                                 exponent of x**p, a scalar; unused by log and exp).
+trfun(A, E, p; kind) -> ()      tr F(A), what trace(matfun(...)) becomes: its gradient is the matrix
+                                function of f' (x**p -> p x**(p-1), log -> x**-1, exp -> exp), so its
+                                second derivative needs first divided differences only.
 matfun_d1(A, E, p, B; kind)     dF[B] for each leading index of B (any leading axes, as tangents and
                                 cotangents have): its own transpose, so both modes use it.
 matfun_d2(A, E, p, B, C; kind)  d2F[B, C], B's and C's leading axes broadcast; the last derivative
@@ -23,7 +26,7 @@ import numpy as np
 
 from ...errors import ShapeError, SpecError
 from ..core import current
-from ..op import Op, register
+from ..op import Op, elements, register
 from ..rules import Rule, Unsupported, lift
 
 # the scalar functions of matfun, coded as engine/numeric/spectral.py codes them (that module compiles
@@ -64,7 +67,7 @@ def _shape(name, out):
         _matrix(name, shapes[0])
         if len(shapes[0]) != 2 or (len(shapes) > 1 and tuple(shapes[1]) != (12,)):
             raise ShapeError(f"{name}: one symmetric 3x3 matrix, got shape {tuple(shapes[0])}")
-        for s in shapes[3 if name.startswith("matfun") else 2:]:
+        for s in shapes[3 if name.startswith(("matfun", "trfun")) else 2:]:
             _matrix(name, s)
         return out(shapes, **attrs), "f8"
     return rule
@@ -133,6 +136,36 @@ def _matfun_vjp(e, ct, bs):
         d = emit("eigvalsh_d", a, ev, ct, adjoint=False)
         ct_p = emit("reduce_sum", d * _exponent_weights(e), axes=(len(bs),))
     return [emit("matfun_d1", a, ev, p, ct, **dict(e.attrs)), None, ct_p]
+
+
+def _derivative_fn(e):
+    """f'(A) as a matfun (times a scalar) of the matfun or trfun equation e."""
+    a, ev, p = e.args
+    kind = e.attr("kind")
+    if kind == KINDS["exp"]:
+        return emit("matfun", a, ev, p, kind=kind)
+    if kind == KINDS["log"]:
+        return emit("matfun", a, ev, current().const(-1.0), kind=POW)
+    return p * emit("matfun", a, ev, p - 1.0, kind=POW)
+
+
+def _trfun_jvp(e, ts, bs):
+    ta, _, tp = ts
+    out = None
+    if ta is not None:
+        out = emit("reduce_sum", ta * _derivative_fn(e), axes=(len(bs), len(bs) + 1))
+    if tp is not None:
+        term = tp * emit("reduce_sum", _exponent_weights(e), axes=(0,))
+        out = term if out is None else out + term
+    return out
+
+
+def _trfun_vjp(e, ct, bs):
+    a, ev, p = e.args
+    ct_p = None
+    if e.attr("kind") == POW and current().const_value(p) is None:
+        ct_p = ct * emit("reduce_sum", _exponent_weights(e), axes=(0,))
+    return [lift(ct, bs, 2) * _derivative_fn(e), None, ct_p]
 
 
 def _d1_jvp(e, ts, bs):
@@ -222,6 +255,8 @@ def _scalar(b, e, xs):
     """The element form: the op itself on its arguments packed into arrays, read element by element."""
     packed = [x[()] if x.shape == () else b.emit("pack", *x.reshape(-1), shape=x.shape) for x in xs]
     v = b.emit(e.op, *packed, **dict(e.attrs))
+    if not v.shape:
+        return elements((), lambda idx: v)
     out = np.empty(v.shape, dtype=object)
     for idx in np.ndindex(*v.shape):
         out[idx] = b.emit("getitem", v, index=idx)
@@ -241,6 +276,16 @@ register(Op("matfun", "structural", _shape("matfun", lambda s, kind: (3, 3)), _m
             Rule(_matfun_jvp, _matfun_vjp),
             _lower(lambda ctx, e, ev, pre, lead, ls: f"__matfun({ev}, {e.attr('kind')}, {_p(ctx, e)})", 9),
             _cost(60, 60), scalar=_scalar, helpers=("spectral.matfun",)))
+def _trfun_lower(ctx, e):
+    ctx.comment(e)
+    name = ctx.vname[e.out]
+    ctx.line(f"{name} = __trfun({_tuple(ctx, e.args[1], (), [], 12)}, {e.attr('kind')}, {_p(ctx, e)})")
+    ctx.bind(e.out, name)
+
+
+register(Op("trfun", "structural", _shape("trfun", lambda s, kind: ()),
+            lambda a, e, p, kind: np.float64(num.trfun(tuple(e), kind, float(p))),
+            Rule(_trfun_jvp, _trfun_vjp), _trfun_lower, lambda e: 30, scalar=_scalar, helpers=("spectral.trfun",)))
 register(Op("matfun_d1", "structural", _shape("matfun_d1", lambda s, kind: tuple(s[3])), _d1_np,
             Rule(_d1_jvp, _d1_vjp),
             _lower(lambda ctx, e, ev, pre, lead, ls:
