@@ -166,6 +166,37 @@ def test_voce_return_mapping_equals_numpy_and_its_tangent_central_differences(vo
                                rtol=0, atol=2e-5 * np.abs(out["d2sigma_deps_deps"]).max())
 
 
+def voce_tangent(eps, eps_p, alpha_new, sigma_dgamma, E, nu, sy, K, q, b):
+    """The closed-form consistent tangent of the Voce return mapping (Simo and Hughes 1998, box 3.2):
+    C - 4 mu^2/(2 mu + 2/3 H') n x n - 4 mu^2 dgamma/|s| (I_dev - n x n), H' = K + q b exp(-b alpha_new)."""
+    lmbda, mu = E * nu / ((1 + nu) * (1 - 2 * nu)), E / (2 * (1 + nu))
+    ee = (eps + eps.transpose(0, 2, 1)) / 2 - eps_p
+    s = 2 * mu * (ee - np.trace(ee, axis1=1, axis2=2)[:, None, None] / 3 * np.eye(3))
+    ns = np.sqrt(np.sum(s * s, axis=(1, 2)))
+    dg = sigma_dgamma
+    plastic = dg > 0
+    n = np.where(plastic[:, None, None], s / ns[:, None, None], 0.0)
+    d = np.eye(3)
+    sym = (np.einsum("ik,jl->ijkl", d, d) + np.einsum("il,jk->ijkl", d, d)) / 2
+    dev = sym - np.einsum("ij,kl->ijkl", d, d) / 3
+    hp = K + q * b * np.exp(-b * alpha_new)
+    c1 = np.where(plastic, 4 * mu * mu / (2 * mu + 2 / 3 * hp), 0.0)
+    c2 = np.where(plastic, 4 * mu * mu * dg / np.where(plastic, ns, 1.0), 0.0)
+    nn = np.einsum("mij,mkl->mijkl", n, n)
+    C = 2 * mu * sym + lmbda * np.einsum("ij,kl->ijkl", d, d)
+    return C - c1[:, None, None, None, None] * nn - c2[:, None, None, None, None] * (dev - nn)
+
+
+def test_voce_tangent_is_the_closed_form_consistent_tangent(voce):
+    model, k = voce
+    p = plastic_points()
+    params = {n: float(v) for n, v in model.param_values.items()}
+    out = k.evaluate(p)
+    dgamma = (out["alpha_new"] - p["alpha"]) / np.sqrt(2 / 3)
+    want = voce_tangent(p["eps"], p["eps_p"], out["alpha_new"], dgamma, **params)
+    np.testing.assert_allclose(out["dsigma_deps"], want, rtol=0, atol=1e-13)
+
+
 def test_state_variables_carry_a_loading_path_from_step_to_step(voce):
     """Load, unload and reload in shear plus tension: each step's outputs eps_p_new and alpha_new are
     the next step's inputs eps_p and alpha, as a simulation runs it."""
