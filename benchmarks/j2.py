@@ -123,7 +123,7 @@ def main(argv=None):
     print("\n" + environment())
     print(f"adgrad compile_model: {compile_s:.2f} s (cold if the kernel cache was empty)")
     ad_t = timed["adgrad stress+state+tangent"][1]
-    print(f"\n| M | kernel | ns/point (median) | spread | / adgrad |")
+    print("\n| M | kernel | ns/point (median) | spread | / adgrad |")
     print("|---:|---|---:|---:|---:|")
     for name, (_, med, spread) in timed.items():
         print(f"| {m:,} | {name} | {med / m * 1e9:.1f} | {spread:.0%} | {med / ad_t:.2f} |")
