@@ -51,6 +51,18 @@ def _small(apq, app, aqq):
     return not (abs(apq) > 1e-18 * (abs(app) + abs(aqq))) or apq == 0.0
 
 
+@njit(inline="always", error_model="numpy")
+def _jacobi(dp, dq, epq, erp, erq, v0p, v0q, v1p, v1q, v2p, v2q):
+    """One rotation in the (p, q) plane: a_pq becomes 0; the diagonal, the third index r's
+    off-diagonals and columns p, q of V are updated."""
+    t, s, tau = _rotate(dp, dq, epq)
+    erp, erq = _mix(erp, erq, s, tau)
+    v0p, v0q = _mix(v0p, v0q, s, tau)
+    v1p, v1q = _mix(v1p, v1q, s, tau)
+    v2p, v2q = _mix(v2p, v2q, s, tau)
+    return dp - t * epq, dq + t * epq, 0.0, erp, erq, v0p, v0q, v1p, v1q, v2p, v2q
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def eigh3(a):
     """(l0, l1, l2, u00, u01, u02, u10, u11, u12, u20, u21, u22): eigenvalues ascending and the
@@ -62,26 +74,14 @@ def eigh3(a):
         if _small(e01, d0, d1) and _small(e02, d0, d2) and _small(e12, d1, d2):
             break
         if not _small(e01, d0, d1):                 # p, q, r = 0, 1, 2
-            t, s, tau = _rotate(d0, d1, e01)
-            d0, d1, e01 = d0 - t * e01, d1 + t * e01, 0.0
-            e02, e12 = _mix(e02, e12, s, tau)
-            v00, v01 = _mix(v00, v01, s, tau)
-            v10, v11 = _mix(v10, v11, s, tau)
-            v20, v21 = _mix(v20, v21, s, tau)
+            d0, d1, e01, e02, e12, v00, v01, v10, v11, v20, v21 = _jacobi(d0, d1, e01, e02, e12,
+                                                                          v00, v01, v10, v11, v20, v21)
         if not _small(e02, d0, d2):                 # p, q, r = 0, 2, 1
-            t, s, tau = _rotate(d0, d2, e02)
-            d0, d2, e02 = d0 - t * e02, d2 + t * e02, 0.0
-            e01, e12 = _mix(e01, e12, s, tau)
-            v00, v02 = _mix(v00, v02, s, tau)
-            v10, v12 = _mix(v10, v12, s, tau)
-            v20, v22 = _mix(v20, v22, s, tau)
+            d0, d2, e02, e01, e12, v00, v02, v10, v12, v20, v22 = _jacobi(d0, d2, e02, e01, e12,
+                                                                          v00, v02, v10, v12, v20, v22)
         if not _small(e12, d1, d2):                 # p, q, r = 1, 2, 0
-            t, s, tau = _rotate(d1, d2, e12)
-            d1, d2, e12 = d1 - t * e12, d2 + t * e12, 0.0
-            e01, e02 = _mix(e01, e02, s, tau)
-            v01, v02 = _mix(v01, v02, s, tau)
-            v11, v12 = _mix(v11, v12, s, tau)
-            v21, v22 = _mix(v21, v22, s, tau)
+            d1, d2, e12, e01, e02, v01, v02, v11, v12, v21, v22 = _jacobi(d1, d2, e12, e01, e02,
+                                                                          v01, v02, v11, v12, v21, v22)
     if d1 < d0:                                     # sort: three compare-and-swaps of columns
         d0, d1, v00, v01, v10, v11, v20, v21 = d1, d0, v01, v00, v11, v10, v21, v20
     if d2 < d1:

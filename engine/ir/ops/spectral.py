@@ -129,10 +129,15 @@ def _matfun_jvp(e, ts, bs):
     return out
 
 
+def _exponent_varies(e):
+    """Whether the exponent of x**p is a value (a param, an expression), not a constant."""
+    return e.attr("kind") == POW and current().const_value(e.args[2]) is None
+
+
 def _matfun_vjp(e, ct, bs):
     a, ev, p = e.args
     ct_p = None
-    if e.attr("kind") == POW and current().const_value(p) is None:
+    if _exponent_varies(e):
         d = emit("eigvalsh_d", a, ev, ct, adjoint=False)
         ct_p = emit("reduce_sum", d * _exponent_weights(e), axes=(len(bs),))
     return [emit("matfun_d1", a, ev, p, ct, **dict(e.attrs)), None, ct_p]
@@ -161,10 +166,7 @@ def _trfun_jvp(e, ts, bs):
 
 
 def _trfun_vjp(e, ct, bs):
-    a, ev, p = e.args
-    ct_p = None
-    if e.attr("kind") == POW and current().const_value(p) is None:
-        ct_p = ct * emit("reduce_sum", _exponent_weights(e), axes=(0,))
+    ct_p = ct * emit("reduce_sum", _exponent_weights(e), axes=(0,)) if _exponent_varies(e) else None
     return [lift(ct, bs, 2) * _derivative_fn(e), None, ct_p]
 
 
