@@ -37,12 +37,19 @@ def default_requests(model: LoadedModel):
     return [(o, (i,)) for o in model.spec.outputs for i in model.spec.inputs]
 
 
-def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None) -> CompiledKernel:
+MATH = ("vector", "libm")
+
+
+def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, math="vector") -> CompiledKernel:
     """Compile values and derivatives into one point kernel and a parallel batch driver.
 
     derivatives: (of, wrt) pairs; wrt is a name or a list of two names (second derivative), or
     DerivativeRequest objects (which may carry their own mode). values: output names (default all).
+    math: "vector" (engine/numeric/vecmath.py's functions in loop nests that vectorize, see
+    engine/codegen/vector.py) or "libm" (libm calls everywhere: numpy's bits).
     """
+    if math not in MATH:
+        raise SpecError(f"math must be 'vector' or 'libm', got {math!r}")
     graph, derivs = _results(model, derivatives, mode, values)
     # a Hessian wrt one argument twice is symmetric in its last 2r axes (r = that argument's rank)
     names = {**graph.inputs, **graph.params}
@@ -51,13 +58,14 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None) 
     scalar = scalarize(graph, symmetric)
     if scalar is not None and not pays_off(graph, scalar):
         scalar = None
-    em = Emitter(scalar or graph, list(graph.inputs), list(graph.params), list(graph.outputs))
+    em = Emitter(scalar or graph, list(graph.inputs), list(graph.params), list(graph.outputs), math)
     body = em.emit()
     per_point = [True] * len(graph.inputs) + [False] * len(graph.params) + [True] * len(graph.outputs)
-    source = module_source(model.name, em.globals, em.args, body, per_point)
+    source = module_source(model.name, em.globals, em.args, body, per_point, math)
     kernel = CompiledKernel(model, graph, derivs, source, load(source), em.work_size,
                             {n: v.shape for n, v in graph.outputs.items()},
-                            frozenset(d.name for d in derivs if d.kind == "sum"), scalar is not None, scalar or graph)
+                            frozenset(d.name for d in derivs if d.kind == "sum"), scalar is not None, scalar or graph,
+                            math, tuple(em.calls))
     kernel.evaluate({n: np.empty((0,) + v.shape) for n, v in graph.inputs.items()})   # jit (or load) now
     return kernel
 

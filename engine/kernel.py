@@ -38,6 +38,8 @@ class CompiledKernel:
     reduced: frozenset = frozenset()                      # results summed over all points
     scalarized: bool = False    # emitted as straight-line scalar code (engine/opt/scalarize.py)
     code_graph: Graph | None = None   # the graph the source was emitted from (scalarized or not)
+    math: str = "vector"        # vector | libm (engine/codegen/vector.py)
+    math_calls: tuple = ()      # (function, "vector" | "libm", where and why) per math call in the source
 
     @property
     def point_kernel(self):

@@ -197,6 +197,7 @@ class EngineSection:
     threads: int = 0            # 0 = all cores
     chunk: int = 65536          # at most MAX_CHUNK
     nan: str = "propagate"
+    math: str = "vector"        # vector | libm: vectorized elementary functions or libm calls (compile_model)
 
 
 @dataclass(frozen=True)
@@ -677,7 +678,7 @@ def _compute_section(doc, node, model):
 def _engine_section(doc, node):
     if node is None:
         return EngineSection()
-    e, default = doc.mapping(node, "engine", allowed=("threads", "chunk", "nan")), EngineSection()
+    e, default = doc.mapping(node, "engine", allowed=("threads", "chunk", "nan", "math")), EngineSection()
     threads = doc.value(e["threads"]) if "threads" in e else default.threads
     if not isinstance(threads, int) or threads < 0:
         raise doc.error(e["threads"], "engine.threads must be a non-negative integer (0 = all cores)")
@@ -687,7 +688,10 @@ def _engine_section(doc, node):
     nan = str(doc.value(e["nan"])) if "nan" in e else default.nan
     if nan not in ("propagate", "error"):
         raise doc.error(e["nan"], "engine.nan must be 'propagate' or 'error'")
-    return EngineSection(threads, chunk, nan)
+    math = str(doc.value(e["math"])) if "math" in e else default.math
+    if math not in ("vector", "libm"):
+        raise doc.error(e["math"], "engine.math must be 'vector' or 'libm'")
+    return EngineSection(threads, chunk, nan, math)
 
 
 class _ModelInline(_Doc):

@@ -25,14 +25,19 @@ from __future__ import annotations
 import contextlib
 
 from ..ir.op import OPS, literal
+from ..ir.ops.elementwise import MathLowering
 from ..ir.printer import canonical_names, format_eqn
+from . import vector
 from .plan import Buf, Workspace, liveness
 from .schedule import Group, kind, schedule
 
 
-def elem_expr(e, xs):
-    """The Python expression of an elementwise equation over the expressions of its arguments."""
+def elem_expr(e, xs, math="libm"):
+    """The Python expression of an elementwise equation over the expressions of its arguments; a math
+    function in its libm or its vector form (vector.py)."""
     lower = OPS[e.op].lower
+    if isinstance(lower, MathLowering):
+        return lower(*xs, math=math, **dict(e.attrs))
     return lower(*xs, **dict(e.attrs)) if callable(lower) else lower.format(*xs)
 
 
@@ -68,8 +73,12 @@ class Lines:
 
 
 class Emitter:
-    def __init__(self, graph, input_names, param_names, output_names):
+    """math: "vector" (vecmath's functions in the loop nests that vectorize, vector.py) or "libm"."""
+
+    def __init__(self, graph, input_names, param_names, output_names, math="vector"):
         self.g = graph
+        self.math = math
+        self.calls = []              # (function, "vector" | "libm", where and why) per math call emitted
         self.items = schedule(graph)
         # names from the equation's position, not the Var's process-wide id: the same model gives
         # the same source (and so hits the kernel cache) whatever was compiled before it
@@ -155,21 +164,60 @@ class Emitter:
 
     def _group(self, grp):
         """One loop nest over grp.space: elementwise values as loop locals (stored where a later item
-        reads them), reductions accumulating in place."""
+        reads them), reductions accumulating in place; with vector math if vector.decide says so."""
+        calls = [e for e in grp.eqns if kind(e) != "reduce" and vector.is_call(e, self._probe_args(e))]
+        d = vector.decide(self, grp, calls)
+        form = "vector" if d.vector and self.math == "vector" else "libm"
+        why = "math: libm" if d.vector and form == "libm" else d.reason
+        self.calls += [(vector.function(e), form, why) for e in calls]
+        bufs = self._plan(grp, d.split)
+        if not d.vector:
+            self._nest(grp, bufs)
+            return
+        trig = form == "vector" and any(OPS[e.op].lower.fallback for e in calls)
+        flag = f"fb{self.i}" if trig else None
+        if flag:
+            self.out(f"{flag} = False")
+        self._nest(grp, bufs, form, d.split, flag)
+        if flag:       # a lane beyond vecmath.TRIG_MAX: the nest again as math: libm writes it
+            with self.out.block(f"if {flag}:"):
+                self._nest(grp, bufs, "libm", d.split)
+        for v, e in d.split.items():
+            self.comment(e)
+            src = bufs.get(e.args[0]) or self.store[e.args[0]]
+            target = (lambda kidx, b=bufs[v]: b.at(kidx)) if v.shape else (lambda kidx, n=self.vname[v]: n)
+            vector.reduce_tail(self, e, src, grp.space, target)
+            self.store[v] = bufs.get(v, self.vname[v])
+
+    def _plan(self, grp, split):
+        """The storage a loop nest writes, allocated once (a nest redone with libm writes the same
+        places): the accumulators of shaped reductions, then the values a later item or a split
+        reduction reads, in order."""
+        bufs = {e.out: self.alloc(e.out) for e in grp.eqns if kind(e) == "reduce" and e.out.shape}
+        keep = self.stored | {e.args[0] for e in split.values()}
+        for e in grp.eqns:
+            if kind(e) != "reduce" and e.out in keep:
+                bufs[e.out] = self.alloc(e.out)
+        return bufs
+
+    def _nest(self, grp, bufs, math="libm", split=(), flag=None):
+        """The accumulators' start values, then the loop nest; `split` reductions are left to the
+        caller, `flag` ORs the lanes that need libm's trigonometric functions."""
         space = grp.space
         for e in grp.eqns:                     # accumulators first, outside the loop
-            if kind(e) == "reduce":
+            if kind(e) == "reduce" and e.out not in split:
                 start = literal(OPS[e.op].lower.identity)
                 if e.out.shape:
-                    self.store[e.out] = self.alloc(e.out)
+                    self.store[e.out] = bufs[e.out]
                     with self.out.loops(e.out.shape, "f") as idx:
-                        self.out(f"{self.store[e.out].at(idx)} = {start}")
+                        self.out(f"{bufs[e.out].at(idx)} = {start}")
                 else:
                     self.store[e.out] = self.vname[e.out]
                     self.out(f"{self.vname[e.out]} = {start}")
-        stored = []
         with self.out.loops(space) as idx:
             for e in grp.eqns:
+                if e.out in split:              # after the loop (vector.reduce_tail)
+                    continue
                 self.comment(e)
                 if kind(e) == "reduce":
                     kept = [t for k, t in enumerate(idx) if k not in e.attr("axes")]
@@ -177,22 +225,31 @@ class Emitter:
                     x = self.read(e.args[0], space, idx)
                     self.out(OPS[e.op].lower.update.format(t=target, x=x))
                     continue
-                op = OPS[e.op]
-                if op.loop is not None:
-                    expr = op.loop(idx, space)
-                elif op.kind == "view":        # a scalar broadcast or reshaped inside the loop
-                    expr = self.read(e.args[0], space, idx)
-                else:
-                    expr = elem_expr(e, self._elem_args(e, space, idx))
-                name = self.vname[e.out]
-                self.out(f"{name} = {expr}")
-                self.store[e.out] = name
-                if e.out in self.stored:
-                    buf = self.alloc(e.out)
-                    self.out(f"{buf.at(idx)} = {self._as_number(e.out, name)}")
-                    stored.append((e.out, buf))
-        for v, buf in stored:
+                self._elem(e, space, idx, math, flag)
+                if e.out in bufs:
+                    self.out(f"{bufs[e.out].at(idx)} = {self._as_number(e.out, self.vname[e.out])}")
+        for v, buf in bufs.items():
             self.store[v] = buf                 # items after the loop read the stored array
+
+    def _elem(self, e, space, idx, math, flag):
+        """An elementwise equation (or a view or loop expression) inside a loop nest, as a loop local."""
+        op = OPS[e.op]
+        if op.loop is not None:
+            expr = op.loop(idx, space)
+        elif op.kind == "view":        # a scalar broadcast or reshaped inside the loop
+            expr = self.read(e.args[0], space, idx)
+        else:
+            xs = self._elem_args(e, space, idx)
+            expr = elem_expr(e, xs, math)
+            if flag and isinstance(op.lower, MathLowering) and op.lower.fallback:
+                self.out(f"{flag} = {flag} | {op.lower.fallback.format(*xs)}")
+        name = self.vname[e.out]
+        self.out(f"{name} = {expr}")
+        self.store[e.out] = name
+
+    def _probe_args(self, e):
+        """Argument expressions good enough to tell whether a lowering is a call (x**3 is not)."""
+        return [s if isinstance(s := self.store.get(a), str) else f"x{k}" for k, a in enumerate(e.args)]
 
     def _elem_args(self, e, space, idx):
         """The expressions of an elementwise equation's arguments at idx; `whole` ones as their array."""
@@ -207,7 +264,10 @@ class Emitter:
         self.comment(e)
         name = self.vname[e.out]
         if k == "scalar":
-            self.out(f"{name} = {elem_expr(e, self._elem_args(e, (), []))}")
+            xs = self._elem_args(e, (), [])
+            if vector.is_call(e, xs):
+                self.calls.append((vector.function(e), "libm", "straight-line code"))
+            self.out(f"{name} = {elem_expr(e, xs)}")
             self.store[e.out] = name
         elif k == "load":
             self.out(f"{name} = {self._view(e).at([])}")

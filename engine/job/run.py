@@ -74,7 +74,8 @@ def prepare(config: Config):
     """The model with the config's param overrides and the kernel for the requested results."""
     model = build(config.model).with_params(config.params)
     t0 = time.perf_counter()
-    kernel = compile_model(model, config.compute.derivatives, mode=config.mode, values=list(config.compute.values))
+    kernel = compile_model(model, config.compute.derivatives, mode=config.mode, values=list(config.compute.values),
+                           math=config.engine.math)
     # the run calls the driver that also flags non-finite points: compile (or load) it now
     kernel.evaluate({n: np.empty((0,) + v.shape) for n, v in kernel.graph.inputs.items()},
                     nonfinite=np.empty(0, dtype=np.bool_))

@@ -2,17 +2,22 @@
 the workspace, the IR after optimization and the generated kernel source."""
 from __future__ import annotations
 
+from collections import Counter
+
 PARTS = ("shapes", "cost", "ir", "source")
 
 
-def explain(model, config=None, parts=PARTS, mode=None) -> str:
+def explain(model, config=None, parts=PARTS, mode=None, math=None) -> str:
     """The parts asked for, of what `config` (or, for a model file alone, every output's gradient
-    with respect to every input) compiles to; `mode` overrides the config's (default auto)."""
+    with respect to every input) compiles to; `mode` and `math` override the config's (default auto
+    and vector)."""
     from ..compile import compile_model, default_requests       # here: the CLI reads PARTS without numba
     from ..ir.printer import format_graph, shape_str
     derivs = config.compute.derivatives if config else [(o, w) for o, (w,) in default_requests(model)]
     mode = mode or (config.mode if config else "auto")
-    kernel = compile_model(model, derivs, mode=mode, values=list(config.compute.values) if config else None)
+    math = math or (config.engine.math if config else "vector")
+    kernel = compile_model(model, derivs, mode=mode, values=list(config.compute.values) if config else None,
+                           math=math)
     g, lines = model.graph, []
     if "shapes" in parts:
         lines.append(f"model {model.name}: {model.spec.path}")
@@ -28,6 +33,7 @@ def explain(model, config=None, parts=PARTS, mode=None) -> str:
         lines.append(f"workspace: {kernel.workspace_size} floats per thread")
         lines.append("kernel: " + ("straight-line scalar code (small tensors scalarized)" if kernel.scalarized
                                    else "loop nests over the tensor axes"))
+        lines += _math(kernel)
     if "ir" in parts:
         lines += ["", "# IR (values and derivatives, after optimization)", format_graph(kernel.graph)]
     if "source" in parts:
@@ -47,3 +53,17 @@ def _solves(model):
                        f"Newton steps with the Jacobian frozen at the solution), never through the iterations; "
                        f"NaN where it has not converged")
     return out
+
+
+def _math(kernel):
+    """Which elementary function calls are vectorized (engine/numeric/vecmath.py) and which stay libm
+    calls, and why (the policy: engine/codegen/vector.py)."""
+    head = f"math: {kernel.math} (engine.math)"
+    if not kernel.math_calls:
+        return [head + ": no elementary function calls"]
+    lines = [head]
+    for form, label in (("vector", "vectorized"), ("libm", "libm calls")):
+        sites = Counter((f, why) for f, fm, why in kernel.math_calls if fm == form)
+        for (f, why), n in sites.items():
+            lines.append(f"  {label}: {f}{f' x{n}' if n > 1 else ''} ({why})")
+    return lines

@@ -3,10 +3,19 @@
 One line per op: name, numpy reference, partial derivatives (IR in terms of the output y and the
 arguments), numba expression over the scalar arguments. Shapes broadcast as numpy's. An op whose
 `function` is set is a function of the model language under that name (engine/ir/builtins/).
+
+Two kinds of lowering say how a loop of them vectorizes (engine/codegen/vector.py reads them):
+`inline(...)` marks a template of plain arithmetic, comparisons, selects and sqrt, which LLVM
+vectorizes as it is; a `MathLowering` (`vunary(...)`) is a math function with two forms, the scalar
+libm call (numpy's bits) and engine/numeric/vecmath.py's branch-free function, which LLVM vectorizes
+when numba inlines it into a loop. Any other lowering (a libm call such as np.log2, a helper with
+loops) keeps a loop nest scalar.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -18,6 +27,31 @@ from ..rules import Rule, from_partials, lift, no_derivative, one_if, to_shape, 
 
 def emit(op, *args, **attrs):
     return current().emit(op, *args, **attrs)
+
+
+class Inline(str):
+    """A lowering template of plain arithmetic, comparisons, selects and sqrt: no call survives
+    numba's inlining, so a loop of these vectorizes (a str: every use of a template works as is)."""
+
+
+inline = Inline
+
+
+@dataclass(frozen=True)
+class MathLowering:
+    """A math function's two lowerings: `libm`, the scalar libm call (numpy's bits), and `vector`, a
+    call of engine/numeric/vecmath.py's branch-free function (within 0.75 ulp), which LLVM
+    vectorizes in a loop. Each is a template or a function of the argument expressions, as
+    Op.lower. `fallback`: a template of the condition under which the vector form returned a NaN
+    marker and the lane needs libm (sin, cos, tan beyond vecmath.TRIG_MAX); the code generator then
+    redoes such a loop nest with libm (engine/codegen/vector.py)."""
+    libm: str | Callable
+    vector: str | Callable
+    fallback: str | None = None
+
+    def __call__(self, *xs, math="libm", **attrs):
+        form = self.vector if math == "vector" else self.libm
+        return form(*xs, **attrs) if callable(form) else form.format(*xs)
 
 
 def _shape(name, nargs, dtype="f8"):
@@ -41,6 +75,16 @@ def unary(name, numpy, partial, lower, helpers=()):
 
 def binary(name, numpy, partials, lower, helpers=(), commutative=False):
     return op(name, 2, numpy, partials, lower, function=name, helpers=helpers, commutative=commutative)
+
+
+TRIG_FALLBACK = "__trig_fallback({0})"      # vecmath: a finite |x| > TRIG_MAX, where vsin/vcos/vtan give NaN
+
+
+def vunary(name, numpy, partial, libm, fn, helpers=(), fallback=None):
+    """A math function of one argument whose vector form is engine/numeric/vecmath.py's `fn`."""
+    more = ("vecmath.trig_fallback",) if fallback else ()
+    return unary(name, numpy, partial, MathLowering(libm, f"__{fn}({{0}})", fallback),
+                 helpers=(*helpers, f"vecmath.{fn}", *more))
 
 
 def _one(x):
@@ -69,14 +113,15 @@ def _hypot_partial(y, a):
     return emit("select", emit("eq", y, 0.0), 0.0, a / y)
 
 
-def _pow(a, b):
-    """a**b; by a small integer constant as multiplications (exact for negative a, no libm call)."""
+def _pow(a, b, call="({0} ** {1})"):
+    """a**b; by a small integer constant as multiplications (exact for negative a, no libm call), else
+    `call` (libm's pow, or vecmath's vpow)."""
     try:
         k = float(b)
     except ValueError:
         k = 0.5                     # not a literal: a variable exponent
     if not math.isfinite(k) or k != int(k) or abs(k) > 8:
-        return f"({a} ** {b})"
+        return call.format(a, b)
     k = int(k)
     if k == 0:
         return "1.0"
@@ -87,46 +132,47 @@ def _pow(a, b):
 LN2, LN10 = math.log(2.0), math.log(10.0)
 
 # ---- arithmetic (operators, not functions) -------------------------------------------------------
-op("neg", 1, np.negative, lambda y, x: (-1.0 * _one(x),), "(-{0})")
+op("neg", 1, np.negative, lambda y, x: (-1.0 * _one(x),), inline("(-{0})"))
 # the identity, a constant to differentiation: what a solve's iterations are seen through (engine/solve.py)
 register(Op("stop", "elementwise", _shape("stop", 1, "f8"), lambda x: np.array(x, dtype=float), no_derivative(cut=True),
-            "{0}", per_output(0), arity=1))
-op("add", 2, np.add, lambda y, a, b: (_one(a), _one(b)), "({0} + {1})", commutative=True)
-op("sub", 2, np.subtract, lambda y, a, b: (_one(a), -1.0 * _one(b)), "({0} - {1})")
-op("mul", 2, np.multiply, lambda y, a, b: (b, a), "({0} * {1})", commutative=True)
-op("div", 2, np.divide, lambda y, a, b: (1.0 / b, -y / b), "({0} / {1})")
-op("pow", 2, np.power, lambda y, a, b: (b * a ** (b - 1.0), emit("log", a) * y), lambda a, b: _pow(a, b))
+            inline("{0}"), per_output(0), arity=1))
+op("add", 2, np.add, lambda y, a, b: (_one(a), _one(b)), inline("({0} + {1})"), commutative=True)
+op("sub", 2, np.subtract, lambda y, a, b: (_one(a), -1.0 * _one(b)), inline("({0} - {1})"))
+op("mul", 2, np.multiply, lambda y, a, b: (b, a), inline("({0} * {1})"), commutative=True)
+op("div", 2, np.divide, lambda y, a, b: (1.0 / b, -y / b), inline("({0} / {1})"))
+op("pow", 2, np.power, lambda y, a, b: (b * a ** (b - 1.0), emit("log", a) * y),
+   MathLowering(_pow, lambda a, b: _pow(a, b, "__vpow({0}, {1})")), helpers=("vecmath.vpow",))
 
 # ---- functions of one argument ---------------------------------------------------------------------
-unary("exp", np.exp, lambda y, x: (y,), "np.exp({0})")
+vunary("exp", np.exp, lambda y, x: (y,), "np.exp({0})", "vexp")
 unary("exp2", np.exp2, lambda y, x: (LN2 * y,), "np.exp2({0})")
-unary("expm1", np.expm1, lambda y, x: (y + 1.0,), "np.expm1({0})")
-unary("log", np.log, lambda y, x: (1.0 / x,), "np.log({0})")
+vunary("expm1", np.expm1, lambda y, x: (y + 1.0,), "np.expm1({0})", "vexpm1")
+vunary("log", np.log, lambda y, x: (1.0 / x,), "np.log({0})", "vlog")
 unary("log2", np.log2, lambda y, x: (1.0 / (LN2 * x),), "np.log2({0})")
 unary("log10", np.log10, lambda y, x: (1.0 / (LN10 * x),), "np.log10({0})")
-unary("log1p", np.log1p, lambda y, x: (1.0 / (1.0 + x),), "np.log1p({0})")
-unary("sqrt", np.sqrt, lambda y, x: (0.5 / y,), "np.sqrt({0})")
-unary("cbrt", np.cbrt, lambda y, x: (1.0 / (3.0 * _sq(y)),), "np.cbrt({0})")
-unary("square", np.square, lambda y, x: (2.0 * x,), "({0} * {0})")
-unary("abs", np.abs, lambda y, x: (emit("sign", x),), "abs({0})")
-unary("sign", np.sign, lambda y, x: (None,), "__sign({0})", helpers=("sign",))
-unary("sin", np.sin, lambda y, x: (emit("cos", x),), "np.sin({0})")
-unary("cos", np.cos, lambda y, x: (-emit("sin", x),), "np.cos({0})")
-unary("tan", np.tan, lambda y, x: (1.0 + _sq(y),), "np.tan({0})")
-unary("arcsin", np.arcsin, lambda y, x: (1.0 / _sqrt(1.0 - _sq(x)),), "np.arcsin({0})")
-unary("arccos", np.arccos, lambda y, x: (-1.0 / _sqrt(1.0 - _sq(x)),), "np.arccos({0})")
-unary("arctan", np.arctan, lambda y, x: (1.0 / (1.0 + _sq(x)),), "np.arctan({0})")
-unary("sinh", np.sinh, lambda y, x: (emit("cosh", x),), "np.sinh({0})")
-unary("cosh", np.cosh, lambda y, x: (emit("sinh", x),), "np.cosh({0})")
-unary("tanh", np.tanh, lambda y, x: (1.0 - _sq(y),), "np.tanh({0})")
+vunary("log1p", np.log1p, lambda y, x: (1.0 / (1.0 + x),), "np.log1p({0})", "vlog1p")
+unary("sqrt", np.sqrt, lambda y, x: (0.5 / y,), inline("np.sqrt({0})"))
+vunary("cbrt", np.cbrt, lambda y, x: (1.0 / (3.0 * _sq(y)),), "np.cbrt({0})", "vcbrt")
+unary("square", np.square, lambda y, x: (2.0 * x,), inline("({0} * {0})"))
+unary("abs", np.abs, lambda y, x: (emit("sign", x),), inline("abs({0})"))
+unary("sign", np.sign, lambda y, x: (None,), inline("__sign({0})"), helpers=("sign",))
+vunary("sin", np.sin, lambda y, x: (emit("cos", x),), "np.sin({0})", "vsin", fallback=TRIG_FALLBACK)
+vunary("cos", np.cos, lambda y, x: (-emit("sin", x),), "np.cos({0})", "vcos", fallback=TRIG_FALLBACK)
+vunary("tan", np.tan, lambda y, x: (1.0 + _sq(y),), "np.tan({0})", "vtan", fallback=TRIG_FALLBACK)
+vunary("arcsin", np.arcsin, lambda y, x: (1.0 / _sqrt(1.0 - _sq(x)),), "np.arcsin({0})", "varcsin")
+vunary("arccos", np.arccos, lambda y, x: (-1.0 / _sqrt(1.0 - _sq(x)),), "np.arccos({0})", "varccos")
+vunary("arctan", np.arctan, lambda y, x: (1.0 / (1.0 + _sq(x)),), "np.arctan({0})", "varctan")
+vunary("sinh", np.sinh, lambda y, x: (emit("cosh", x),), "np.sinh({0})", "vsinh")
+vunary("cosh", np.cosh, lambda y, x: (emit("sinh", x),), "np.cosh({0})", "vcosh")
+vunary("tanh", np.tanh, lambda y, x: (1.0 - _sq(y),), "np.tanh({0})", "vtanh")
 # 1/hypot(x, 1) and 1/(sqrt(x-1) sqrt(x+1)): no overflow of x**2 for large |x|
 unary("arcsinh", np.arcsinh, lambda y, x: (1.0 / emit("hypot", x, 1.0),), "np.arcsinh({0})")
 unary("arccosh", np.arccosh, lambda y, x: (1.0 / (_sqrt(x - 1.0) * _sqrt(x + 1.0)),), "np.arccosh({0})")
 unary("arctanh", np.arctanh, lambda y, x: (1.0 / (1.0 - _sq(x)),), "np.arctanh({0})")
-unary("sigmoid", _sigmoid, lambda y, x: (y * (1.0 - y),), "__sigmoid({0})", helpers=("sigmoid",))
-unary("softplus", lambda x: np.logaddexp(0.0, x), lambda y, x: (emit("sigmoid", x),), "__softplus({0})",
-      helpers=("softplus",))
-unary("erf", _erf, lambda y, x: (2.0 / math.sqrt(math.pi) * emit("exp", -_sq(x)),), "math.erf({0})")
+vunary("sigmoid", _sigmoid, lambda y, x: (y * (1.0 - y),), "__sigmoid({0})", "vsigmoid", helpers=("sigmoid",))
+vunary("softplus", lambda x: np.logaddexp(0.0, x), lambda y, x: (emit("sigmoid", x),), "__softplus({0})",
+       "vsoftplus", helpers=("softplus",))
+vunary("erf", _erf, lambda y, x: (2.0 / math.sqrt(math.pi) * emit("exp", -_sq(x)),), "math.erf({0})", "verf")
 
 # ---- derivative products: d * p, an exact zero d stays zero whatever p is (ir/rules.hard_product) --------
 def _hardmul(d, p):
@@ -151,15 +197,15 @@ def _hardmul_vjp(e, ct, bs):
 
 # its own derivatives are hard products too (a Hessian through a where keeps the zeros)
 register(Op("hardmul", "elementwise", _shape("hardmul", 2), _hardmul, Rule(_hardmul_jvp, _hardmul_vjp),
-            "__hardmul({0}, {1})", per_output(1), helpers=("hardmul",), arity=2))
+            inline("__hardmul({0}, {1})"), per_output(1), helpers=("hardmul",), arity=2))
 
 # ---- functions of two arguments --------------------------------------------------------------------
 binary("minimum", np.minimum, lambda y, a, b: (one_if(emit("le", a, b)), one_if(emit("gt", a, b))),
-       "__minimum({0}, {1})", helpers=("minimum",), commutative=True)
+       inline("__minimum({0}, {1})"), helpers=("minimum",), commutative=True)
 binary("maximum", np.maximum, lambda y, a, b: (one_if(emit("ge", a, b)), one_if(emit("lt", a, b))),
-       "__maximum({0}, {1})", helpers=("maximum",), commutative=True)
+       inline("__maximum({0}, {1})"), helpers=("maximum",), commutative=True)
 binary("arctan2", np.arctan2, lambda y, a, b: (b / (_sq(a) + _sq(b)), -a / (_sq(a) + _sq(b))),
-       "np.arctan2({0}, {1})")
+       MathLowering("np.arctan2({0}, {1})", "__varctan2({0}, {1})"), helpers=("vecmath.varctan2",))
 binary("hypot", np.hypot, lambda y, a, b: (_hypot_partial(y, a), _hypot_partial(y, b)), "np.hypot({0}, {1})",
        commutative=True)
 
@@ -168,8 +214,8 @@ for _name, _np, _lower in [("lt", np.less, "({0} < {1})"), ("le", np.less_equal,
                            ("gt", np.greater, "({0} > {1})"), ("ge", np.greater_equal, "({0} >= {1})"),
                            ("eq", np.equal, "({0} == {1})"), ("ne", np.not_equal, "({0} != {1})"),
                            ("and", np.logical_and, "({0} and {1})"), ("or", np.logical_or, "({0} or {1})")]:
-    op(_name, 2, _np, None, _lower, dtype="bool", commutative=_name in ("eq", "ne", "and", "or"))
-op("not", 1, np.logical_not, None, "(not {0})", dtype="bool")
+    op(_name, 2, _np, None, inline(_lower), dtype="bool", commutative=_name in ("eq", "ne", "and", "or"))
+op("not", 1, np.logical_not, None, inline("(not {0})"), dtype="bool")
 
 
 # ---- where(c, a, b) ------------------------------------------------------------------------------------
@@ -201,5 +247,5 @@ def _select_masks(e, mask):
 
 
 register(Op("select", "elementwise", _shape("select", 3), lambda c, a, b: np.where(c, a, b),
-            Rule(_select_jvp, _select_vjp, _select_masks, zeros=True), "({1} if {0} else {2})", per_output(1),
+            Rule(_select_jvp, _select_vjp, _select_masks, zeros=True), inline("({1} if {0} else {2})"), per_output(1),
             arity=3))
