@@ -116,7 +116,7 @@ def kernel_of(names, math="vector", points=64, seed=0, big=True):
     source = module_source("vectorize_test", em.globals, em.args, body, [True, True] + [True] * len(names), math)
     mod = load(source)
     rng = np.random.default_rng(seed)
-    x, y = sample(points * LANES, rng, big).reshape(points, LANES), sample(points * LANES, rng, big).reshape(points, LANES)
+    x, y = (sample(points * LANES, rng, big).reshape(points, LANES) for _ in range(2))
     assert em.work_size <= 64
     return mod, (x, y), run(mod, x, y, names), source, em
 

@@ -103,7 +103,8 @@ def decide(em, grp, calls):
         split[e.out] = e
     checks = _alias_checks(em, grp, local, split)
     if checks > MAX_CHECKS:
-        return Decision(False, f"a loop needing {checks} > {MAX_CHECKS} alias checks of its arrays, which LLVM keeps scalar")
+        return Decision(False, f"a loop needing {checks} > {MAX_CHECKS} alias checks of its arrays, "
+                               f"which LLVM keeps scalar")
     return Decision(True, f"a loop of {n} iterations", split)
 
 
