@@ -70,3 +70,16 @@ def test_a_damaged_entry_is_discarded_and_rebuilt(pristine, tmp_path, pattern, h
     assert np.array_equal(E, E2) and np.array_equal(g, g2)
     again = run(tmp_path, cache, "again.h5")
     assert again.returncode == 0 and "warning" not in again.stderr, again.stderr
+
+
+def test_other_helper_code_is_another_cache_entry(tmp_path, monkeypatch):
+    """numba's cache of a kernel holds the helpers it was compiled with: a kernel of the same source
+    compiled against other helper modules (another adgrad) must not be loaded from it."""
+    from adgrad.engine.codegen import load
+
+    monkeypatch.setenv("ADGRAD_CACHE_DIR", str(tmp_path))
+    source = "import numpy as np\n\n\ndef point():\n    return 1\n"
+    load.load(source)
+    monkeypatch.setattr(load, "_helpers_fingerprint", lambda: "other helpers")
+    load.load(source)
+    assert len(list(tmp_path.glob("k_*.py"))) == 2

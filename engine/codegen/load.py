@@ -1,7 +1,8 @@
 """Generated source -> a file in a content-addressed cache -> an imported module of numba functions.
 
-The file is named by the hash of its text, and the functions are jitted with cache=True, so numba's
-own disk cache (next to the file) makes a second run of the same model skip compilation.
+The file is named by the hash of its text and of the numeric helper modules it imports, and the
+functions are jitted with cache=True, so numba's own disk cache (next to the file) makes a second run
+of the same model skip compilation.
 
 Kernels are compiled with IEEE semantics (no fastmath flags). With `contract` and `reassoc` a process
 that compiled a kernel computed other last bits than one that loaded it from the cache, which breaks
@@ -9,6 +10,7 @@ bit-for-bit resume and merge; without them the benchmarks measured no slowdown."
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import importlib.util
 import json
@@ -87,7 +89,7 @@ def load(source):
     """Write `source` to the cache (once) and import it; returns the module. A cache entry that does
     not verify (the source file's text, numba's files against the checksums `seal` wrote) is discarded
     with a one-line warning and rebuilt, so a damaged cache never breaks a model."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    digest = hashlib.sha256((source + _helpers_fingerprint()).encode()).hexdigest()[:20]
     name = f"adgrad_kernel_{digest}"
     if name in sys.modules:
         return sys.modules[name]
@@ -121,6 +123,19 @@ atexit.register(lambda: [seal(m) for m in _LOADED])
 # beside the source; `seal` records their checksums in k_<digest>.sums after a compile, and `load`
 # discards files that do not match (or are not listed) before numba reads them: a truncated index
 # would raise from pickle, a scrambled code file could crash the process.
+
+@functools.cache
+def _helpers_fingerprint():
+    """A hash of the numeric modules the kernels import. numba's cache of a kernel holds the helpers it
+    was compiled with, so a kernel compiled against other helper code (an upgraded adgrad) is a
+    different cache entry, never a stale one."""
+    h = hashlib.sha256()
+    numeric = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "numeric")
+    for module in sorted({helper.rpartition(".")[0] or "scalar" for helper in HELPERS}):
+        with open(os.path.join(numeric, module + ".py"), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
 
 def _holds(path, source):
     try:
