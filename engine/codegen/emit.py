@@ -18,7 +18,9 @@ function that writes its statements through the Emitter's emit context:
     ctx.constant(v, data)      a module-level constant array holding v
 
 Every equation appears as a comment with its IR, so the generated file reads next to
-`adgrad explain`.
+`adgrad explain`. A math function is emitted as a libm call, or, in a loop nest that LLVM will
+vectorize and with math="vector", as a call of engine/numeric/vecmath.py's branch-free function
+(vector.py decides, and writes what such a nest needs: its sums after the loop, the trig fallback).
 """
 from __future__ import annotations
 
