@@ -132,9 +132,10 @@ def jacobian_reverse(b: Builder, custom: dict, wrt: Var, of: Var, seed: Var | No
                 else:
                     cts, arg_masks = r.vjp(eq, ct, bs), [None] * len(args)
             for a, c, m in zip(args, cts, arg_masks):
-                if isinstance(c, Unsupported) and a in live:
-                    raise SpecError(c.message)
-                if c is not None and a in live and not isinstance(c, Unsupported):
+                if isinstance(c, Unsupported):
+                    if a in live:
+                        raise SpecError(c.message)
+                elif c is not None and a in live:
                     pending.setdefault(a, []).append(c)
                     masks.setdefault(a, []).append(m)
                     if zeros:

@@ -27,7 +27,7 @@ import numpy as np
 from ...errors import ShapeError, SpecError
 from ..core import current
 from ..op import Op, elements, register
-from ..rules import Rule, Unsupported, lift
+from ..rules import Rule, Unsupported, lift, no_derivative
 
 # the scalar functions of matfun, coded as engine/numeric/spectral.py codes them (that module compiles
 # with numba, which the IR does not import until a reference value is computed)
@@ -271,7 +271,7 @@ def _cost(per_batch, fixed):
 
 register(Op("eigh3", "structural", _shape("eigh3", lambda s: (12,)),
             lambda a: np.array(num.eigh3(tuple(np.reshape(a, -1)))),
-            Rule(lambda e, ts, bs: None, lambda e, ct, bs: [None]),
+            no_derivative(cut=True),
             _lower(lambda ctx, e, ev, pre, lead, ls: f"__eigh3({ev})", 12), lambda e: 400, scalar=_scalar,
             helpers=("spectral.eigh3",)))
 register(Op("matfun", "structural", _shape("matfun", lambda s, kind: (3, 3)), _matfun_np,
