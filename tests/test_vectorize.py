@@ -31,6 +31,7 @@ from adgrad.engine.codegen.emit import Emitter
 from adgrad.engine.codegen.load import load, module_source
 from adgrad.engine.errors import SpecError
 from adgrad.engine.ir.core import Builder, Var
+from adgrad.engine.kernel import input_rows
 from adgrad.engine.ir.op import OPS
 from adgrad.engine.ir.ops.elementwise import MathLowering
 from adgrad.engine.model import build
@@ -59,9 +60,23 @@ def fresh_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("ADGRAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "vectorize-cache"))
 
 
-def point_asm(kernel):
-    p = kernel.point_kernel
-    return p.inspect_asm(p.signatures[0])
+def point_asm(p, signature=None):
+    """The assembly of numba function `p`, compiled here again: numba has none for code it loaded from
+    its cache, and this process reuses a kernel an earlier test loaded from a warm cache (whose point
+    function was then never compiled: `signature` gives its argument types)."""
+    signature = p.signatures[0] if p.signatures else signature
+    fresh = numba.njit(nogil=True, error_model="numpy")(p.py_func)
+    fresh.compile(signature)
+    return fresh.inspect_asm(signature)
+
+
+def kernel_asm(kernel):
+    """The point kernel's assembly, its arguments typed as CompiledKernel.compute passes them."""
+    g = kernel.graph
+    rows = [input_rows(np.zeros((1, *v.shape)), v.size)[0] for v in g.inputs.values()]
+    outs = [np.zeros(max(1, v.size)) for v in g.outputs.values()]
+    args = (*rows, *kernel.param_rows(), *outs, kernel.workspace(1)[0])
+    return point_asm(kernel.point_kernel, tuple(numba.typeof(a) for a in args))
 
 
 # ---- the EAM kernel's inner loop ------------------------------------------------------------------
@@ -71,10 +86,10 @@ def test_eam_inner_loop_is_vectorized():
     model = load_model(EAM)
     vec = compile_model(model, derivatives=[("E", "x")], mode="reverse")
     assert vec.math == "vector" and "__vexp(" in vec.source and "np.exp(" not in vec.source
-    assert len(PACKED_FMA.findall(point_asm(vec))) >= 8, "the exp loop is not vectorized"
+    assert len(PACKED_FMA.findall(kernel_asm(vec))) >= 8, "the exp loop is not vectorized"
     lib = compile_model(model, derivatives=[("E", "x")], mode="reverse", math="libm")
     assert "np.exp(" in lib.source and "__vexp(" not in lib.source
-    assert not PACKED_FMA.findall(point_asm(lib))
+    assert not PACKED_FMA.findall(kernel_asm(lib))
     x = np.random.default_rng(0).random((501, 100))
     a, b = vec.evaluate({"x": x}), lib.evaluate({"x": x})
     for name in ("E", "dE_dx"):
@@ -159,7 +174,7 @@ def test_vector_functions_vectorize_and_match_numpy(names):
     for n in names:
         assert f"__v{n}(" in source, n
         assert_same(outs[n], reference(n, x, y), n)
-    asm = mod.point.inspect_asm(mod.point.signatures[0])
+    asm = point_asm(mod.point)
     assert len(PACKED_FMA.findall(asm)) >= 8 * len(names), names
 
 
@@ -196,7 +211,7 @@ def test_trig_beyond_trig_max_equals_libm_and_still_vectorizes():
         want = np.array([[libm[n](v) if np.isfinite(v) else np.nan for v in row] for row in x[redone]])
         assert outs[n][redone].tobytes() == want.tobytes(), f"{n}: a point with a lane beyond TRIG_MAX is not libm's"
         assert_same(outs[n][~redone], reference(n, x[~redone], None), n)
-    asm = mod.point.inspect_asm(mod.point.signatures[0])
+    asm = point_asm(mod.point)
     assert len(PACKED_FMA.findall(asm)) >= 8 * len(TRIG)
 
 
