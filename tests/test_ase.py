@@ -1,0 +1,179 @@
+"""adgrad.ase.AdgradCalculator: forces are minus the gradient of the energy, the stress is ASE's
+numerical stress, per-atom energies sum to the energy, Cu (Cu_u3.eam) and a CuNi alloy equal LAMMPS
+through the calculator, velocity Verlet conserves energy, and neither the neighbour-list skin nor
+the growth of the neighbour slots changes a result.
+
+The calculators are module fixtures: each compiles its kernel once (about 3 s cold)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import lammps_oracle as lo
+import numpy as np
+import pytest
+from ase import Atoms, units
+from ase.build import bulk
+from ase.calculators.calculator import PropertyNotImplementedError
+from ase.calculators.fd import calculate_numerical_forces, calculate_numerical_stress
+from ase.md.verlet import VelocityVerlet
+
+from adgrad.ase import AdgradCalculator
+from adgrad.engine.api import load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cutoff(path):
+    """The potential file's cutoff, as the model reads it."""
+    return load_model(path).tables["cu"].constants["cutoff"]
+
+
+def model_file(tmp_path_factory, potfile, elements=()):
+    """configs/cu_eam_model.yaml reading one of LAMMPS's potential files instead of our Zhou table."""
+    el = f", elements: [{', '.join(elements)}]" if elements else ""
+    text = (ROOT / "configs" / "cu_eam_model.yaml").read_text()
+    path = tmp_path_factory.mktemp("ase") / f"{potfile}.yaml"
+    path.write_text(re.sub(r"\{potential: [^}]*\}", f"{{potential: {lo.potential(potfile)}{el}}}", text))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cu_model(tmp_path_factory):
+    return model_file(tmp_path_factory, "Cu_u3.eam")
+
+
+@pytest.fixture(scope="module")
+def cu(cu_model):
+    return AdgradCalculator(cu_model, cutoff(cu_model), {"Cu": 0})
+
+
+@pytest.fixture(scope="module")
+def cuni(tmp_path_factory):
+    path = model_file(tmp_path_factory, "CuNi.eam.alloy", ("Cu", "Ni"))
+    return AdgradCalculator(path, cutoff(path), {"Ni": 1, "Cu": 0})
+
+
+def copper(reps=2, rattle=0.1, strain=None, seed=1):
+    """Rattled fcc Cu, reps^3 conventional cells; `strain` (3x3) deforms cell and atoms (triclinic)."""
+    atoms = bulk("Cu", "fcc", a=3.615, cubic=True).repeat(reps)
+    atoms.rattle(rattle, seed=seed)
+    if strain is not None:
+        atoms.set_cell(atoms.cell.array @ (np.eye(3) + np.asarray(strain)), scale_atoms=True)
+    return atoms
+
+
+def alloy(reps=3, seed=7):
+    """A random Cu-Ni fcc alloy (LAMMPS's atom types 1 = Cu, 2 = Ni) at LAMMPS's orthorhombic box."""
+    x, cell = lo.fcc(3.56, reps, 0.15, seed=seed)
+    types = np.random.default_rng(seed).integers(1, 3, len(x))
+    return Atoms(np.array(["Cu", "Ni"])[types - 1], positions=x, cell=cell, pbc=True), types
+
+
+SHEAR = [[0.01, 0.02, 0.0], [0.0, -0.01, 0.01], [0.0, 0.0, 0.005]]
+
+
+@pytest.mark.parametrize("shape", ["cubic", "triclinic", "cluster"])
+def test_forces_are_minus_the_energy_gradient(cu, shape):
+    atoms = copper(strain=SHEAR if shape == "triclinic" else None)
+    atoms.pbc = shape != "cluster"                  # 32 atoms, in a periodic cell or free
+    atoms.calc = cu
+    f = atoms.get_forces()
+    fd = calculate_numerical_forces(atoms, eps=1e-5)
+    assert np.abs(f).max() > 0.1
+    np.testing.assert_allclose(f, fd, rtol=1e-6, atol=1e-7)
+    assert np.abs(f.sum(axis=0)).max() < 1e-11      # Newton's third law
+
+
+def test_stress_equals_numerical_stress(cu):
+    atoms = copper(strain=SHEAR)
+    atoms.calc = cu
+    s = atoms.get_stress()
+    assert np.abs(s).max() > 1e-3
+    np.testing.assert_allclose(s, calculate_numerical_stress(atoms, eps=1e-6), rtol=1e-6, atol=1e-9)
+    atoms.set_cell(atoms.cell * 1.02, scale_atoms=True)     # stretched: tension is positive (ASE's sign)
+    assert atoms.get_stress()[:3].min() > 0
+
+
+def test_free_cluster_has_no_stress(cu):
+    atoms = Atoms("Cu4", positions=copper(1, 0.05).positions[:4])
+    atoms.calc = cu
+    with pytest.raises(PropertyNotImplementedError):
+        atoms.get_stress()
+
+
+def test_energies_sum_to_energy(cu, cuni):
+    for atoms, calc in ((copper(3, 0.1), cu), (alloy()[0], cuni)):
+        atoms.calc = calc
+        e = atoms.get_potential_energies()
+        assert len(set(np.round(e, 8))) > 10            # really per atom, not a share of the total
+        assert atoms.get_potential_energy() == pytest.approx(e.sum(), rel=1e-14)
+
+
+def test_cu_eam_equals_lammps(cu):
+    """The shipped copper model on Cu_u3.eam through the calculator against LAMMPS's pair_style eam."""
+    x, cell = lo.fcc(3.615, 3, 0.15, seed=7)
+    e_ref, f_ref, pe = lo.run(x, cell, np.ones(len(x), dtype=int), "eam", f"1 1 {lo.potential('Cu_u3.eam')}",
+                              (63.55,))
+    atoms = Atoms(f"Cu{len(x)}", positions=x, cell=cell, pbc=True, calculator=cu)
+    assert np.abs(atoms.get_potential_energies() - e_ref).max() <= 1e-10 * np.abs(e_ref).max()
+    assert np.abs(atoms.get_forces() - f_ref).max() <= 1e-10 * np.abs(f_ref).max()
+    assert atoms.get_potential_energy() == pytest.approx(pe, rel=1e-12)
+
+
+def test_binary_alloy_equals_lammps_and_its_stress_the_numerical_one(cuni):
+    atoms, types = alloy()
+    e_ref, f_ref, pe = lo.run(atoms.positions, atoms.cell.array, types, "eam/alloy",
+                              f"* * {lo.potential('CuNi.eam.alloy')} Cu Ni", (63.55, 58.69))
+    atoms.calc = cuni
+    assert np.abs(atoms.get_potential_energies() - e_ref).max() <= 1e-10 * np.abs(e_ref).max()
+    assert np.abs(atoms.get_forces() - f_ref).max() <= 1e-10 * np.abs(f_ref).max()
+    assert atoms.get_potential_energy() == pytest.approx(pe, rel=1e-12)
+    small = atoms[:32].copy()                           # 2^3 cells of the same random alloy, sheared
+    small.set_cell(np.eye(3) * 3.56 * 2 @ (np.eye(3) + np.asarray(SHEAR)), scale_atoms=False)
+    small.calc = cuni
+    np.testing.assert_allclose(small.get_stress(), calculate_numerical_stress(small, eps=1e-6), rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match="no species index for Ag"):
+        Atoms("Ag", cell=np.eye(3) * 10, pbc=True, calculator=cuni).get_potential_energy()
+
+
+def test_velocity_verlet_conserves_energy(cu):
+    atoms = copper(3, 0.05, seed=4)                     # 108 atoms
+    rng = np.random.default_rng(0)                      # ~300 K: m v^2 = kT per component
+    v = rng.normal(size=(len(atoms), 3)) * np.sqrt(300 * units.kB / atoms.get_masses())[:, None]
+    atoms.set_velocities(v - v.mean(axis=0))
+    atoms.calc = cu
+    energies = []
+    md = VelocityVerlet(atoms, timestep=1.0 * units.fs)
+    md.attach(lambda: energies.append(atoms.get_total_energy()), interval=1)
+    md.run(100)
+    e = np.array(energies)
+    assert len(e) == 101 and atoms.get_temperature() > 100       # the atoms really moved
+    assert np.abs(e - e[0]).max() / len(atoms) < 1e-5
+
+
+def test_skin_and_slot_growth_do_not_change_results(cu_model):
+    """A neighbour list kept within a skin (rebuilt as atoms drift past half of it) equals one built
+    at every step; slots grow in multiples of 8, only when an atom has more neighbours than slots."""
+    kept = AdgradCalculator(cu_model, cutoff(cu_model), {"Cu": 0}, skin=0.3)
+    fresh = AdgradCalculator(cu_model, cutoff(cu_model), {"Cu": 0}, skin=0.0)
+    atoms, rng = copper(2, 0.05, seed=5), np.random.default_rng(5)
+    start = atoms.positions.copy()
+    for _ in range(25):
+        atoms.positions += rng.normal(scale=0.04, size=atoms.positions.shape)
+        f, e = kept.get_forces(atoms), kept.get_potential_energies(atoms)
+        np.testing.assert_allclose(f, fresh.get_forces(atoms), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(e, fresh.get_potential_energies(atoms), rtol=1e-13)
+    assert np.linalg.norm(atoms.positions - start, axis=1).max() > kept.skin     # rebuilt on the way
+    width, kernel = kept.width, kept.kernel
+    assert width % 8 == 0
+    squeezed = atoms.copy()
+    squeezed.set_cell(atoms.cell * 0.9, scale_atoms=True)      # 0.73 of the volume: more neighbours
+    squeezed.calc = kept
+    f = squeezed.get_forces()
+    assert kept.width > width and kept.width % 8 == 0 and kept.kernel is not kernel
+    np.testing.assert_allclose(f, calculate_numerical_forces(squeezed, eps=1e-5), rtol=1e-6, atol=1e-7)
+    kernel = kept.kernel
+    squeezed.positions += 0.01
+    squeezed.get_forces()
+    assert kept.kernel is kernel                    # no recompile while the slots suffice
