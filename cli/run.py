@@ -25,19 +25,22 @@ def run_job(*args, **kwargs):
               help="Compute shard I of N (rows [I*M//N, (I+1)*M//N)) into OUTPUT with .shardIofN before the "
                    "extension (default: from SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT in a job array).")
 @click.option("--resume", is_flag=True, help="Finish an interrupted output file without recomputing its finished chunks.")
+@click.option("--trust-input", is_flag=True,
+              help="With --resume: skip reading the finished chunks' input rows again to check their checksums.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on when stderr is a terminal).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option("-v", "--verbose", is_flag=True, help="Also print timings per phase and the threading layer.")
 @reports_errors
-def run(config, threads, chunk, output, shard, resume, overwrite, progress, quiet, verbose):
+def run(config, threads, chunk, output, shard, resume, trust_input, overwrite, progress, quiet, verbose):
     """Compute the config's outputs and derivatives for every point of its input file.
 
     Streams the input in chunks through the compiled (cached) kernel into the output file, then
     prints points, seconds, points/s, the mode per derivative and the non-finite point count.
     SIGTERM or Ctrl-C stops at the next chunk boundary, keeping every finished chunk (exit 1, with
-    the command that resumes); --resume then finishes the file. Outputs are bit-identical for every
-    --threads and --chunk. See docs/production.md and docs/cluster.md.
+    the command that resumes); --resume then finishes the file, once the input rows of its finished
+    chunks match the checksums it recorded (--trust-input skips that read). Outputs are
+    bit-identical for every --threads and --chunk. See docs/production.md and docs/cluster.md.
 
     \b
     Example:
@@ -54,7 +57,7 @@ def run(config, threads, chunk, output, shard, resume, overwrite, progress, quie
         (["--shard", shard] if shard else [])
     try:
         summary = run_job(cfg, output=output, threads=threads, chunk=chunk, overwrite=overwrite, resume=resume,
-                          shard=shard, progress=bar, resume_hint=shlex.join(hint))
+                          trust_input=trust_input, shard=shard, progress=bar, resume_hint=shlex.join(hint))
     finally:
         if bar is not None:
             bar.close()

@@ -219,6 +219,58 @@ def test_resume_refuses_changed_run(stopped, change, what):
     assert out.read_bytes() == before
 
 
+def rewrite_rows_keeping_mtime(path, rows):
+    """Change input rows in place: the file's size, mtime and first and last MiB stay the same."""
+    st = os.stat(path)
+    with h5py.File(path, "r+") as f:
+        f["x"][rows] = f["x"][rows] + 1e-9
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_size == st.st_size
+
+
+@pytest.fixture
+def stopped_big(tmp_path):
+    """A job of 6.4 MB of input (rows 33k..167k lie beyond the first and last MiB whose hash the
+    file records) stopped after 120 of its 200 chunks: (config, output)."""
+    cfg = make_job(tmp_path, chunk=1000, m=200_000)
+    interrupt_after(cfg, tmp_path / "out.h5", 118_000)
+    return cfg, tmp_path / "out.h5"
+
+
+def test_resume_verifies_the_finished_chunks_input_rows(stopped_big):
+    """Rows in the middle of the finished part changed (as a user rewriting the file with its mtime
+    restored): --resume refuses, naming the rows, and leaves the file; --trust-input resumes anyway."""
+    cfg, out = stopped_big
+    rewrite_rows_keeping_mtime(cfg.parent / "in.h5", slice(60_345, 60_347))
+    before = out.read_bytes()
+    result = invoke("run", cfg, "--resume")
+    assert result.exit_code == 2, result.output
+    assert f"rows 60000..60999 of {cfg.parent / 'in.h5'} (dataset x) are not the rows" in result.stderr, result.stderr
+    assert out.read_bytes() == before
+    assert invoke("run", cfg, "--resume", "--trust-input", "-q").exit_code == 0
+    with h5py.File(out, "r") as f:
+        assert f.attrs["complete"] and f["_adgrad/input_digests"].shape == (200, 1)
+
+
+def test_resume_does_not_check_unfinished_rows(stopped_big):
+    """Rows after the finished chunks are computed on resume from the file as it is: changing them
+    is no reason to refuse."""
+    cfg, out = stopped_big
+    rewrite_rows_keeping_mtime(cfg.parent / "in.h5", slice(150_000, 150_010))
+    result = invoke("run", cfg, "--resume", "-q")
+    assert result.exit_code == 0, result.output
+
+
+def test_input_digests_add_over_pieces_and_see_positions():
+    from adgrad.engine.numeric.checksum import digest
+    x = np.random.default_rng(0).random((50, 3))
+    assert (digest(x[:17]) + digest(x[17:], 17)) % 2 ** 64 == digest(x)
+    assert digest(x[[1, 0, *range(2, 50)]]) != digest(x)       # two rows swapped
+    y = x.copy()
+    y[30, 1] = np.nextafter(y[30, 1], 2)
+    assert digest(y) != digest(x)
+
+
 def test_resume_refuses_other_chunk_and_complete_file(stopped):
     cfg, out = stopped
     result = invoke("run", cfg, "--resume", "--chunk", 20)

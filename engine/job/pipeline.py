@@ -15,6 +15,7 @@ import numba
 import numpy as np
 
 from ..errors import JobError
+from ..numeric.checksum import digest
 from ..numeric.exactsum import ExactSum
 from ..numeric.scalar import narrow, nonfinite_row
 from ..store.slot import Slot
@@ -63,6 +64,7 @@ class _Chunk:
     bad: int                    # non-finite points
     first_bad: tuple | None     # (local row, "input dataset '...'" or "output '...'")
     sums: dict                  # name -> ExactSum of this chunk's rows
+    digests: np.ndarray         # uint64 per input: the checksum of its rows (numeric/checksum.py)
     seconds: float
 
 
@@ -77,6 +79,7 @@ class _Compute:
         self.sums = {n: np.empty((rows,) + kernel.output_shapes[n]) for n in kernel.reduced}
         self.wide = {n: np.empty((rows,) + s) for n, s in per_point.items()} if np.dtype(dtype) != np.float64 else {}
         self.workspace = kernel.workspace(threads)
+        self.names = list(kernel.graph.inputs)
         self.labels = {name: f"input dataset '{ds.name.lstrip('/')}'" for name, ds in reader.datasets.items()}
 
     def __call__(self, slot, n):
@@ -84,8 +87,13 @@ class _Compute:
         stored = {name: buf[:n] for name, buf in {**slot.outputs, **self.sums}.items()}
         computed = {**stored, **{name: buf[:n] for name, buf in self.wide.items()}}
         bad = np.empty(n, dtype=np.bool_)
-        slot.each_input(lambda lo, hi, inputs: self.kernel.compute(
-            inputs, {name: arr[lo:hi] for name, arr in computed.items()}, self.workspace, bad[lo:hi]))
+        digests = np.zeros(len(self.kernel.graph.inputs), dtype=np.uint64)
+
+        def block(lo, hi, inputs):
+            digests[:] += input_digests(inputs, self.names, lo)
+            self.kernel.compute(inputs, {name: arr[lo:hi] for name, arr in computed.items()}, self.workspace,
+                                bad[lo:hi])
+        slot.each_input(block)
         for name, arr in self.wide.items():
             narrow(arr[:n].reshape(n, -1), stored[name].reshape(n, -1), bad)
         sums = {}
@@ -93,7 +101,7 @@ class _Compute:
             sums[name] = ExactSum(self.kernel.output_shapes[name])
             sums[name].add(stored[name])
         first_bad = self._first_bad(slot, stored, bad) if bad.any() else None
-        return _Chunk(n, int(bad.sum()), first_bad, sums, time.perf_counter() - t0)
+        return _Chunk(n, int(bad.sum()), first_bad, sums, digests, time.perf_counter() - t0)
 
     def _first_bad(self, slot, stored, bad):
         i = int(np.argmax(bad))
@@ -143,6 +151,7 @@ class _Stream:
         for name, acc in done.sums.items():
             self.out.sums[name].merge(acc)
         self.nan_points += done.bad
+        self.out.digests[k] = done.digests
         self.out.commit(k + 1, self.nan_points, self.out.sums, slot)   # waits for chunk k's rows
         self.t.write += time.perf_counter() - t0
         self.outcome.points += done.rows
@@ -154,6 +163,11 @@ class _Stream:
         return JobError(f"non-finite value at input row {self.plan.row_start + a + row} in {where} "
                         f"(engine.nan: error); {self.out.path} keeps the {k} chunk(s) before it "
                         f"(rows before {self.plan.row_start + a}) and is marked incomplete")
+
+
+def input_digests(inputs: dict, names, first_row=0):
+    """uint64 per input of `names`: the checksums of its rows first_row.. of a chunk."""
+    return np.array([digest(inputs[name], first_row) for name in names], dtype=np.uint64)
 
 
 def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool, should_stop, on_chunk) -> Outcome:

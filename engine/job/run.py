@@ -27,27 +27,10 @@ from ..spec import Config
 from ..version import __version__
 from . import shard as shards
 from .pipeline import Plan, stream
-from .signals import stop_on_signals
+from .resume import check_resumable, verify_input
+from .signals import Interrupted, stop_on_signals
 
-# root attributes that must match for --resume, and what a mismatch means
-RESUME_KEYS = {
-    "model_sha256": "the model text",
-    "params_sha256": "the param values (a params file or an override)",
-    "config_sha256": "the config text",
-    "kernel_sha256": "the generated kernel (another adgrad version?)",
-    "input_path": "the input path",
-    "input_size": "the input file's size",
-    "input_mtime_ns": "the input file's modification time",
-    "input_fingerprint": "the input file's contents",
-    "input_points": "the number of input points",
-    "shard": "the shard (--shard or the SLURM array task)",
-    "chunk": "the points per chunk (--chunk)",
-}
-
-
-class Interrupted(JobError):
-    """The job stopped at a chunk boundary on SIGTERM or Ctrl-C; the file can be resumed."""
-
+__all__ = ["run", "prepare", "Interrupted", "Summary"]
 
 @dataclass
 class Summary:
@@ -90,39 +73,51 @@ def output_path(config: Config, output=None, shard=None):
     return shard.path(path) if shard else path
 
 
-def run(config: Config, output=None, threads=None, chunk=None, overwrite=False, resume=False, shard=None,
-        progress=None, resume_hint="adgrad run CONFIG --resume") -> Summary:
-    """Run the job a config describes. `shard`: "I/N" (default: the SLURM array task, if any).
-    `progress(done, total)` follows every chunk. `resume_hint` is the command a stopped run suggests."""
+@dataclass
+class Request:
+    """What the caller asked of the run beyond its config."""
+    threads: int | None = None          # None: engine.threads
+    chunk: int | None = None            # None: engine.chunk (or the file's, on --resume)
+    overwrite: bool = False
+    resume: bool = False
+    trust_input: bool = False           # --resume without reading the finished chunks' input again
+    progress: object = None             # progress(done, total) after every chunk
+    resume_hint: str = "adgrad run CONFIG --resume"
+
+
+def run(config: Config, output=None, shard=None, **options) -> Summary:
+    """Run the job a config describes. `shard`: "I/N" (default: the SLURM array task, if any);
+    `options`: the fields of Request."""
     t_start = time.perf_counter()
+    req = Request(**options)
     if config.input.path is None:
         raise DataError(f"{config.path}: the config has no input: section (input.path names the HDF5 point cloud)")
-    if overwrite and resume:
+    if req.overwrite and req.resume:
         raise DataError("--overwrite and --resume exclude each other")
     part = shards.parse(shard) if shard else shards.from_slurm()
     out_path = output_path(config, output, part)
     reads = guard.config_files(config)
     guard.check_inputs(reads)
-    guard.check_output(out_path, reads, "--resume" if resume else "--overwrite")
+    guard.check_output(out_path, reads, "--resume" if req.resume else "--overwrite")
     with output_lock(out_path):
-        return _locked(config, out_path, overwrite, resume, part, threads, chunk, progress, resume_hint, t_start)
+        return _locked(config, out_path, part, req, t_start)
 
 
-def _locked(config, out_path, overwrite, resume, part, threads, chunk, progress, resume_hint, t_start):
+def _locked(config, out_path, part, req, t_start):
     """The run, as the one writer of out_path. Replacing an existing file (--overwrite) writes to its
     staging path and renames it over the old file only when complete: a run that fails or stops
     leaves the old results in place, and --resume finishes the staged file."""
     exists, stage = os.path.exists(out_path), staging_path(out_path)
-    if exists and not (overwrite or resume):
+    if exists and not (req.overwrite or req.resume):
         raise DataError(f"{out_path}: output file exists; pass --overwrite to replace it or --resume to finish it")
-    if resume and os.path.exists(stage):
+    if req.resume and os.path.exists(stage):
         target, resuming = stage, True          # an --overwrite that was stopped: finish it
-    elif overwrite and exists:
+    elif req.overwrite and exists:
         target, resuming = stage, False
     else:
-        target, resuming = out_path, exists and resume
+        target, resuming = out_path, exists and req.resume
     try:
-        summary = _job(config, target, resuming, part, threads, chunk, progress, resume_hint, t_start)
+        summary = _job(config, target, resuming, part, req, t_start)
     except (Interrupted, JobError) as exc:
         if target == stage:
             raise type(exc)(f"{exc} (writing {stage}; {out_path} keeps its previous results until this "
@@ -134,49 +129,55 @@ def _locked(config, out_path, overwrite, resume, part, threads, chunk, progress,
     return summary
 
 
-def _job(config, target, resuming, part, threads, chunk, progress, resume_hint, t_start):
+def _job(config, target, resuming, part, req, t_start):
     with stop_on_signals() as should_stop:
         model, kernel, t_compile = prepare(config)
         shapes = {n: v.shape for n, v in kernel.graph.inputs.items()}
         # model inputs map through input.datasets; a jvp direction or vjp cotangent names its dataset itself
         reader = InputReader(config.input.path, {n: config.input.datasets.get(n, n) for n in shapes}, shapes)
         try:
-            return _run(config, model, kernel, reader, target, resuming, part, threads, chunk,
-                        should_stop, progress, resume_hint, t_start, t_compile)
+            return _run(config, model, kernel, reader, target, resuming, part, req, should_stop, t_start, t_compile)
         finally:
             reader.close()
 
 
-def _run(config, model, kernel, reader, out_path, resuming, part, threads, chunk, should_stop, progress,
-         resume_hint, t_start, t_compile):
+def _open(config, model, kernel, reader, out_path, resuming, part, req, should_stop):
+    """The output file to write, laid out or (resuming) checked against this run; and the plan."""
     m = reader.points
     row_start, row_stop = part.rows(m) if part else (0, m)
-    threads = _threads(config.engine.threads if threads is None else threads)
+    threads = _threads(config.engine.threads if req.threads is None else req.threads)
     attrs = _provenance(config, model, kernel, m, part, (row_start, row_stop), threads)
     if resuming:
         out = OutputFile.open(out_path)
         try:
-            chunk = _check_resumable(out, attrs, chunk)
-        except DataError:
+            chunk = check_resumable(out, attrs, req.chunk)
+            plan = Plan(row_start, row_stop - row_start, chunk)
+            if not req.trust_input:
+                verify_input(out, reader, plan, list(kernel.graph.inputs), should_stop)
+        except (DataError, Interrupted):
             out.close()
             raise
-    else:
-        chunk = chunk or config.engine.chunk
-        if should_stop():
-            raise Interrupted(f"stopped by {should_stop.signal} before the run started; nothing was written")
-        out = OutputFile.create(out_path, kernel.output_shapes, kernel.reduced, row_stop - row_start,
-                                config.output.dtype, config.output.compression, chunk,
-                                {**attrs, "chunk": chunk, "started": now()})
-    plan = Plan(row_start, row_stop - row_start, chunk)
+        return out, plan, threads
+    chunk = req.chunk or config.engine.chunk
+    if should_stop():
+        raise Interrupted(f"stopped by {should_stop.signal} before the run started; nothing was written")
+    out = OutputFile.create(out_path, kernel.output_shapes, kernel.reduced, row_stop - row_start,
+                            config.output.dtype, config.output.compression, chunk,
+                            {**attrs, "chunk": chunk, "started": now()}, inputs=list(kernel.graph.inputs))
+    return out, Plan(row_start, row_stop - row_start, chunk), threads
+
+
+def _run(config, model, kernel, reader, out_path, resuming, part, req, should_stop, t_start, t_compile):
+    out, plan, threads = _open(config, model, kernel, reader, out_path, resuming, part, req, should_stop)
     try:
         outcome = stream(kernel, reader, out, plan, config.output.dtype, threads, config.engine.nan == "error",
-                         should_stop, progress or (lambda done, total: None))
+                         should_stop, req.progress or (lambda done, total: None))
         if outcome.stopped:
             out.stop({"threads": threads})
-            done = min(out.done * chunk, plan.rows)
+            done = min(out.done * plan.chunk, plan.rows)
             raise Interrupted(f"stopped by {should_stop.signal} after {out.done} of {plan.chunks} chunks "
                               f"({done} of {plan.rows} points); {out_path} keeps them and is marked "
-                              f"incomplete; resume with: {resume_hint}")
+                              f"incomplete; resume with: {req.resume_hint}")
         out.finish({"threads": threads, "finished": now()})
     except Interrupted:
         raise
@@ -185,7 +186,7 @@ def _run(config, model, kernel, reader, out_path, resuming, part, threads, chunk
         raise
     except OSError as exc:
         raise JobError(f"{out_path}: I/O failure ({os_reason(exc)}); the finished chunks are kept and the file "
-                       f"is marked incomplete; resume with: {resume_hint}") from None
+                       f"is marked incomplete; resume with: {req.resume_hint}") from None
     finally:
         out.close()
     timings = {"compile": t_compile, **outcome.timings.as_dict()}
@@ -219,24 +220,3 @@ def _provenance(config, model, kernel, m, part, rows, threads):
     if part:
         attrs.update({"shard": part.label, "row_start": rows[0], "row_stop": rows[1]})
     return attrs
-
-
-def _check_resumable(out, attrs, chunk):
-    """The chunk size to resume with, once the file is known to be this run's, unfinished."""
-    have = out.attrs
-    if have.get("complete", False):
-        raise DataError(f"{out.path}: the file is complete already; nothing to resume "
-                        f"(pass --overwrite to compute it again)")
-    want = {**attrs, "chunk": chunk or int(have.get("chunk", 0))}
-    for key, what in RESUME_KEYS.items():
-        if key not in want and key not in have:
-            continue
-        if key not in want or key not in have or _differs(want[key], have[key]):
-            raise DataError(f"{out.path}: cannot resume: {what} changed since the file was started "
-                            f"({key}: {have.get(key, 'none')!r} in the file, now {want.get(key, 'none')!r}); "
-                            f"pass --overwrite to start again")
-    return want["chunk"]
-
-
-def _differs(a, b):
-    return str(a) != str(b.decode() if isinstance(b, bytes) else b)

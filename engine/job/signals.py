@@ -6,6 +6,12 @@ import contextlib
 import signal
 import threading
 
+from ..errors import JobError
+
+
+class Interrupted(JobError):
+    """The job stopped at a chunk boundary on SIGTERM or Ctrl-C; the file can be resumed."""
+
 
 class StopRequests:
     def __init__(self):

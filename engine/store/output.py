@@ -12,6 +12,8 @@ Progress is committed per chunk in /_adgrad:
     /_adgrad/slot_nan          int64 (2,): per slot, the non-finite points counted in those chunks
     /_adgrad/slots/<name>      int64 (2, *shape, STATE): per slot, the exact accumulator of a reduced result
     /_adgrad/exact/<name>      int64 (*shape, STATE): the final exact accumulator (written on completion)
+    /_adgrad/input_digests     uint64 (chunks, inputs): per chunk, the checksum of each input's rows
+                               (numeric/checksum.py), which --resume compares with the input file
 
 A chunk is committed by flushing its rows, writing the state into the slot not holding the latest
 commit, flushing, and only then writing that slot's chunk count (one 8-byte write) and flushing. A
@@ -64,6 +66,7 @@ class OutputFile:
         reduced = file["_adgrad/exact"]
         self.per_point = {n: ds for n, ds in file.items() if isinstance(ds, h5py.Dataset) and n not in reduced}
         self.direct = DirectWriter(path, self.per_point)
+        self.digests = file["_adgrad"].get("input_digests")     # None in a file of an older adgrad
         commit = file["_adgrad/commit"][...]
         self._slot = int(np.argmax(commit))         # the slot holding the latest commit
         self.done = int(commit[self._slot])
@@ -73,8 +76,10 @@ class OutputFile:
                      else ExactSum(file[n].shape) for n in reduced}
 
     @classmethod
-    def create(cls, path, shapes: dict, reduced, rows: int, dtype, compression, chunk_rows, attrs: dict):
-        """Lay out the whole file under a temporary name, then rename it to `path` and open it."""
+    def create(cls, path, shapes: dict, reduced, rows: int, dtype, compression, chunk_rows, attrs: dict,
+               inputs=()):
+        """Lay out the whole file under a temporary name, then rename it to `path` and open it. The
+        chunks of the run are `chunk_rows` rows each; `inputs` names the model's inputs."""
         comp = None if compression == "none" else compression
         with atomic_h5(path, **FILE_OPTIONS) as f:
             for k, v in attrs.items():
@@ -84,6 +89,9 @@ class OutputFile:
             meta.create_dataset("commit", shape=(2,), dtype=np.int64, data=np.zeros(2, np.int64))
             meta.create_dataset("slot_nan", shape=(2,), dtype=np.int64, data=np.zeros(2, np.int64))
             exact, slots = meta.create_group("exact"), meta.create_group("slots")
+            chunks = -(-rows // chunk_rows)
+            digests = meta.create_dataset("input_digests", shape=(chunks, len(inputs)), dtype=np.uint64, **_early())
+            digests.attrs["inputs"] = list(inputs)
             for name, shape in shapes.items():
                 shape = tuple(shape)
                 if name in reduced:      # summed over points: no point axis
