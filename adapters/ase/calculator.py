@@ -100,7 +100,7 @@ class AdgradCalculator(Calculator):
         else:
             i, j, S = neighbour_list("ijS", positions=atoms.positions, cutoff=reach)
         first = np.searchsorted(i, np.arange(len(atoms) + 1))
-        self._list = ((first, j, S @ atoms.cell.array), atoms.positions.copy(), atoms.cell.array.copy(),
+        self._list = ((first, j, S), atoms.positions.copy(), atoms.cell.array.copy(),
                       atoms.pbc.copy(), atoms.numbers.copy())
         self._species = self._index[atoms.numbers]
         if np.any(self._species < 0):
@@ -124,25 +124,28 @@ class AdgradCalculator(Calculator):
     def _pack(self, atoms):
         """Fill the padded inputs from the neighbour list; returns the largest neighbour count (slots
         beyond the width are not written: the caller compiles for more and packs again)."""
-        (first, j, shift), *_ = self._list
+        (first, j, S), _, cell, *_ = self._list
         b = self.buffers
         b["s"][:] = self._species
-        return _pack(atoms.positions, first, j, shift, self.cutoff ** 2, self._species,
+        return _pack(atoms.positions, first, j, S, cell, self.cutoff ** 2, self._species,
                      b["R"], b["valid"], b["index"], b["sn"])
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _pack(x, first, j, shift, cutsq, species, R, valid, index, sn):
-    """Atom i's neighbours within the cutoff into slots 0, 1, ... of row i, zeros after them."""
+def _pack(x, first, j, S, cell, cutsq, species, R, valid, index, sn):
+    """Atom i's neighbours within the cutoff into slots 0, 1, ... of row i, zeros after them. The
+    vector of pair p is x_j - x_i + S_p cell (S: the cell boundaries it crosses), made here rather than
+    by a numpy S @ cell (slower than this whole loop)."""
     width = R.shape[1]
     counts = np.zeros(x.shape[0], dtype=np.int64)
     for i in prange(x.shape[0]):
         k = 0
         for p in range(first[i], first[i + 1]):
             a = j[p]
-            dx = x[a, 0] - x[i, 0] + shift[p, 0]
-            dy = x[a, 1] - x[i, 1] + shift[p, 1]
-            dz = x[a, 2] - x[i, 2] + shift[p, 2]
+            s0, s1, s2 = S[p, 0], S[p, 1], S[p, 2]
+            dx = x[a, 0] - x[i, 0] + (s0 * cell[0, 0] + s1 * cell[1, 0] + s2 * cell[2, 0])
+            dy = x[a, 1] - x[i, 1] + (s0 * cell[0, 1] + s1 * cell[1, 1] + s2 * cell[2, 1])
+            dz = x[a, 2] - x[i, 2] + (s0 * cell[0, 2] + s1 * cell[1, 2] + s2 * cell[2, 2])
             if dx * dx + dy * dy + dz * dz < cutsq:
                 if k < width:
                     R[i, k, 0], R[i, k, 1], R[i, k, 2] = dx, dy, dz
