@@ -3,6 +3,12 @@
 `evaluate` is the public, checked call (any arrays in, results out, reduced results summed exactly).
 `compute` is the lean one the job calls per chunk: rows already laid out, one workspace per job, no
 checks and no allocation.
+
+A call on fewer than `serial_below` points (or with threads=1) runs on the calling thread with no
+parallel launch, which costs tens of microseconds on idle cores and milliseconds on busy ones; its
+results are the same bits (each point is the same point function's). Results whose arrays are not
+C-contiguous rows (a caller's layout, e.g. the point axis last) go through the `strided` driver,
+which writes them in place through small per-thread row buffers.
 """
 from __future__ import annotations
 
@@ -10,10 +16,13 @@ from dataclasses import dataclass, field
 
 import numba
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
-from .codegen.load import seal
+from .codegen.load import STRIDED_BLOCK, seal
 from .ir.core import Graph
 from .numeric.exactsum import ExactSum
+
+SERIAL_BELOW = 1024         # points: a call on fewer runs serially on the calling thread
 
 
 def input_rows(x, size):
@@ -24,6 +33,34 @@ def input_rows(x, size):
         rows = rows.view()
         rows.flags.writeable = False
     return rows
+
+
+def strided(a, m, size, output=False):
+    """(a flat float64 view of `a`'s memory from its first entry, size, entry stride, point stride), in
+    elements, of a float64 array `a` (m, *shape) with `size` entries per point whose entries of a
+    point are equally spaced (any such view: np.moveaxis(b, -1, 0) of b (*shape, m), a slice); None
+    for other layouts, negative strides, and (output) arrays in which two entries share memory."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.float64 or any(s < 0 or s % 8 for s in a.strides) \
+            or (output and not a.flags.writeable):
+        return None
+    sk = None
+    for n, st in zip(reversed(a.shape[1:]), reversed(a.strides[1:])):
+        if n == 1:
+            continue
+        if sk is None:
+            sk, expect = st // 8, st * n
+        elif st != expect:
+            return None
+        else:
+            expect = st * n
+    sk = 1 if sk is None else sk
+    si = a.strides[0] // 8 if m > 1 else 0
+    if output and m > 1 and size > 1 and not (sk >= (m - 1) * si + 1 or si >= (size - 1) * sk + 1):
+        return None
+    if output and m > 1 and si == 0:
+        return None
+    span = (m - 1) * si + (size - 1) * sk + 1 if m and size else 0
+    return as_strided(a, shape=(span,), strides=(8,), writeable=output), size, sk, si
 
 
 @dataclass
@@ -40,6 +77,7 @@ class CompiledKernel:
     code_graph: Graph | None = None   # the graph the source was emitted from (scalarized or not)
     math: str = "vector"        # vector | libm (engine/codegen/vector.py)
     math_calls: tuple = ()      # (function, "vector" | "libm", where and why) per math call in the source
+    serial_below: int = SERIAL_BELOW    # calls on fewer points run on the calling thread
 
     @property
     def point_kernel(self):
@@ -59,31 +97,79 @@ class CompiledKernel:
                 for n, v in self.graph.params.items()]
 
     def compute(self, inputs: dict, outputs: dict, workspace, nonfinite=None, params=None):
-        """Every row of `inputs` ({name: (m, *shape)}) into `outputs` ({name: float64 C-contiguous
-        (m, *shape)}, every result, reduced ones per point too); nonfinite[i] (optional, bool (m,))
-        flags a row whose inputs or results hold a NaN or an infinity. Nothing is checked."""
-        rows = [input_rows(inputs[n], v.size) for n, v in self.graph.inputs.items()]
-        outs = [outputs[n].reshape(len(outputs[n]), max(1, v.size)) for n, v in self.graph.outputs.items()]
-        driver = self.module.batch if nonfinite is None else self.module.batch_checked
-        compiled = len(driver.signatures)
-        args = (*rows, *self.param_rows(params), *outs, workspace) + (() if nonfinite is None else (nonfinite,))
-        driver(*args)
-        if len(driver.signatures) != compiled:      # this call compiled (or loaded) code: record its sums
+        """Every row of `inputs` ({name: (m, *shape)}) into `outputs` ({name: float64 (m, *shape)},
+        every result, reduced ones per point too); nonfinite[i] (optional, bool (m,)) flags a row whose
+        inputs or results hold a NaN or an infinity. C-contiguous results are written row by row, any
+        others (layouts `strided` accepts) by the strided driver. Fewer than serial_below rows, or a
+        workspace of one row: on the calling thread. Nothing is checked."""
+        names = list(self.graph.outputs)
+        m = len(outputs[names[0]]) if names else 0
+        if m < self.serial_below:
+            workspace = workspace[:1]
+        tail = () if nonfinite is None else (nonfinite,)
+        if all(outputs[n].flags.c_contiguous for n in names):
+            rows = [input_rows(inputs[n], v.size) for n, v in self.graph.inputs.items()]
+            outs = [outputs[n].reshape(m, max(1, v.size)) for n, v in self.graph.outputs.items()]
+            driver = self.module.batch if nonfinite is None else self.module.batch_checked
+            return self._call(driver, (*rows, *self.param_rows(params), *outs, workspace, *tail), len(workspace) == 1)
+        args, bufs, views = [m], [], []
+        for n, v in self.graph.inputs.items():
+            size = max(1, v.size)
+            args += strided(inputs[n], m, size) or strided(input_rows(inputs[n], size), m, size)
+            bufs.append(np.empty((len(workspace), STRIDED_BLOCK, size)))
+            views.append(bufs[-1].view())
+            views[-1].flags.writeable = False
+        args += self.param_rows(params)
+        for n, v in self.graph.outputs.items():
+            args += strided(outputs[n], m, max(1, v.size), output=True)
+            bufs.append(np.empty((len(workspace), STRIDED_BLOCK, max(1, v.size))))
+        driver = self.module.strided if nonfinite is None else self.module.strided_checked
+        self._call(driver, (*args, workspace, *bufs, *views, *tail), len(workspace) == 1)
+
+    def _call(self, driver, args, serial):
+        """driver(*args); serial (one workspace row): on the calling thread alone. numba launches a
+        parallel region on one thread in about a microsecond, on all of them in tens of microseconds
+        (idle cores) to milliseconds (cores busy with other work)."""
+        compiled, threads = len(driver.overloads), numba.get_num_threads()
+        serial = serial and threads > 1
+        if serial:
+            numba.set_num_threads(1)
+        try:
+            driver(*args)
+        finally:
+            if serial:
+                numba.set_num_threads(threads)
+        if len(driver.overloads) != compiled:      # this call compiled (or loaded) code: record its sums
             seal(self.module)
 
     def evaluate(self, inputs: dict, out: dict | None = None, params: dict | None = None, threads=None,
                  nonfinite: np.ndarray | None = None):
-        """Evaluate at every point. `inputs`: name -> array (M, *shape). `out`: optional preallocated
-        arrays (M, *shape), float64 C-contiguous ones are filled in place; for a reduced (summed)
-        result an array (*shape) gets the correctly rounded sum, an ExactSum gets the rows added, and
-        an array (M, *shape) gets the per-point rows. `nonfinite`: an optional bool array (M,), set
-        to whether each point's inputs or float64 results hold a NaN or an infinity.
+        """Evaluate at every point. `inputs`: name -> array (M, *shape), any float dtype and layout (a
+        view with the point axis moved first, np.moveaxis(x, -1, 0) of x (*shape, M), is read in place
+        when a point's entries are equally spaced). `params`: name -> value, overriding the model's
+        for this call only (no recompile). `out`: optional preallocated arrays (M, *shape), filled in
+        place: float64 C-contiguous ones row by row, and float64 views in another layout whose entries
+        of a point are equally spaced (e.g. np.moveaxis(a, -1, 0) of a caller's a (*shape, M), felupe's
+        (*shape, q, c) reshaped to (*shape, q*c)) written directly through small per-thread row
+        buffers, with no array of the whole size copied; any other array is filled by one copy from
+        float64 rows. For a reduced (summed) result an array (*shape) gets the correctly rounded sum,
+        an ExactSum gets the rows added, and an array (M, *shape) gets the per-point rows.
+        `threads`: numba threads for this call only (the caller's setting is restored after); fewer
+        than `serial_below` points (default 1024) or threads=1 run on the calling thread, with no
+        parallel launch, to the same bits. `nonfinite`: an optional bool array (M,), set to whether
+        each point's inputs or float64 results hold a NaN or an infinity.
         Returns {name: array or that ExactSum}."""
         m = self._points(inputs)
         results, targets, finish = self._targets(m, {} if out is None else out)
-        if threads:
-            numba.set_num_threads(threads)
-        self.compute(inputs, targets, self.workspace(min(numba.get_num_threads(), m or 1)), nonfinite, params)
+        before = numba.get_num_threads() if threads else None
+        try:
+            if threads:
+                numba.set_num_threads(threads)
+            workers = 1 if m < self.serial_below or threads == 1 else min(numba.get_num_threads(), m)
+            self.compute(inputs, targets, self.workspace(workers), nonfinite, params)
+        finally:
+            if threads:
+                numba.set_num_threads(before)
         for step in finish:
             step()
         return results
@@ -118,7 +204,8 @@ class CompiledKernel:
             elif dst.shape != full:
                 raise ValueError(f"out['{name}'] must have shape {full}, got {dst.shape}")
             results[name] = dst
-            if dst.dtype == np.float64 and dst.flags.c_contiguous:
+            size = max(1, int(np.prod(shape)))
+            if dst.dtype == np.float64 and (dst.flags.c_contiguous or strided(dst, m, size, output=True)):
                 targets[name] = dst
             else:                       # compute in float64, then cast/copy into the caller's array
                 rows = targets[name] = np.empty(full)

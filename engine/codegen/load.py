@@ -50,6 +50,35 @@ def {name}({rows}, ws{extra}):
                 point({row_args}, work){check}
             lo = __fetch_add(next_row, block)
 '''
+# The strided drivers take each per-point array a as (a, a_n, a_sk, a_si): a flat float64 view of its
+# memory from its first entry, the entries per point, and the element strides between a point's
+# entries and between points: entry k of point i is a[k * a_sk + i * a_si] (kernel.py's `strided`).
+STRIDED_BLOCK = 32     # rows per gather/compute/scatter step: row buffers of a few KB, in L1
+STRIDED = '''
+
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def {name}(m, {sargs}, ws, {bufs}{extra}):
+    """As batch, for per-point arrays in any layout whose entries of a point are equally spaced
+    (e.g. a caller's array with the point axis last). Each worker w moves blocks of {block} rows through
+    row buffers of its own, b_<array>[w] (and r_<input>[w], a read-only view of b_<input>[w], so that
+    `point` is called with the argument types batch calls it with): gather the inputs' entries, call
+    point per row, scatter the results; no array of the whole size is copied.{doc}"""
+    n_workers = ws.shape[0]
+    block = {block} * max(1, m // (64 * {block} * n_workers))
+    next_row = np.empty(1, np.int64)
+    next_row[0] = 0
+    for w in prange(n_workers):
+        work = ws[w]
+        lo = __fetch_add(next_row, block)
+        while lo < m:
+            for s in range(lo, min(m, lo + block), {block}):
+                n = min(m, s + {block}) - s
+{gather}
+                for b in range(n):
+                    point({buf_args}, work){check}
+{scatter}
+            lo = __fetch_add(next_row, block)
+'''
 CHECK_DOC = '''
     bad[i]: whether row i of an input or a result holds a NaN or an infinity, checked while the
     row is still in cache (a separate pass over the chunk would read it all from memory again).'''
@@ -82,7 +111,33 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point, 
     src += DRIVER.format(name="batch", extra="", doc="", check="", **common)
     check = f"\n                bad[i] = {checks}"
     src += DRIVER.format(name="batch_checked", extra=", bad", doc=CHECK_DOC, check=check, **common)
+    src += _strided("strided", point_args, per_point)
+    src += _strided("strided_checked", point_args, per_point, check=True)
     return src
+
+
+def _strided(name, point_args, per_point, check=False):
+    """The strided driver (STRIDED): results are the arguments named out_* (the Emitter's names),
+    gathered inputs the other per-point ones."""
+    arrays = [a for a, pp in zip(point_args, per_point) if pp]
+    ins = [a for a in arrays if not a.startswith("out_")]
+    sargs = ", ".join(", ".join((a, f"{a}_n", f"{a}_sk", f"{a}_si")) if pp else a
+                      for a, pp in zip(point_args, per_point))
+    bufs = ", ".join([f"b_{a}" for a in arrays] + [f"r_{a}" for a in ins])
+    buf_args = ", ".join((f"r_{a}[w, b]" if a in ins else f"b_{a}[w, b]") if pp else a
+                         for a, pp in zip(point_args, per_point))
+
+    def move(a):
+        buf, arr = f"b_{a}[w, b, k]", f"{a}[k * {a}_sk + (s + b) * {a}_si]"
+        dst, src = (buf, arr) if a in ins else (arr, buf)
+        return f"{' ' * 16}for k in range({a}_n):\n{' ' * 20}for b in range(n):\n{' ' * 24}{dst} = {src}"
+    checks = " or ".join(f"__nonfinite({'r' if a in ins else 'b'}_{a}[w, b])" for a in arrays)
+    return STRIDED.format(name=name, sargs=sargs, bufs=bufs, buf_args=buf_args, block=STRIDED_BLOCK,
+                          gather="\n".join(move(a) for a in ins) or " " * 16 + "pass",
+                          scatter="\n".join(move(a) for a in arrays if a not in ins) or " " * 16 + "pass",
+                          doc=CHECK_DOC.replace("bad[i]: whether row i", "bad[s + b]: whether row s + b") * check,
+                          extra=", bad" if check else "",
+                          check=f"\n{' ' * 20}bad[s + b] = {checks}" if check else "")
 
 
 def load(source):
