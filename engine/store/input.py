@@ -21,8 +21,8 @@ class InputReader:
         self.path, self.mapped = path, None
         try:
             self.file = h5py.File(path, "r")
-        except (OSError, FileNotFoundError) as exc:
-            raise DataError(f"{path}: cannot open input file ({reason(exc)})") from None
+        except OSError as exc:
+            raise DataError(f"{path}: cannot open input file ({reason(exc, path)})") from None
         self.datasets, self.points = {}, None
         for name, dname in datasets.items():
             if dname not in self.file:
@@ -30,11 +30,14 @@ class InputReader:
                 self.close()
                 raise DataError(f"{path}: dataset '{dname}' (input '{name}') not found; the file has: {have}")
             ds = self.file[dname]
-            if not isinstance(ds, h5py.Dataset) or ds.shape[1:] != tuple(shapes[name]) or ds.ndim < 1:
+            if not isinstance(ds, h5py.Dataset):
                 self.close()
-                raise DataError(f"{path}: dataset '{dname}' has shape {getattr(ds, 'shape', None)}, but input "
-                                f"'{name}' of shape {tuple(shapes[name])} needs (M, {', '.join(map(str, shapes[name]))})"
-                                .replace(", )", ")"))
+                raise DataError(f"{path}: '{dname}' (input '{name}') is {_kind(ds)}, not a dataset")
+            if ds.shape[1:] != tuple(shapes[name]) or ds.ndim < 1:
+                self.close()
+                need = f"(M, {', '.join(map(str, shapes[name]))})".replace(", )", ")")
+                raise DataError(f"{path}: dataset '{dname}' has shape {ds.shape}, but input '{name}' of shape "
+                                f"{tuple(shapes[name])} needs {need}")
             if ds.dtype.kind not in "fiub":
                 self.close()
                 raise DataError(f"{path}: dataset '{dname}' (input '{name}') has dtype {ds.dtype}; inputs are "
@@ -88,7 +91,17 @@ def input_identity(path) -> dict:
     return {"input_size": st.st_size, "input_mtime_ns": st.st_mtime_ns, "input_fingerprint": h.hexdigest()}
 
 
-def reason(exc):
-    return getattr(exc, "strerror", None) or str(exc).split("(")[0].strip() or type(exc).__name__
+def reason(exc, path=None):
+    """Why h5py could not open a file, in a few words: its errno's text (h5py puts HDF5's whole
+    multi-line message in strerror), or that the file is not HDF5."""
+    if getattr(exc, "errno", None):
+        return os.strerror(exc.errno)
+    if path is not None and os.path.isfile(path) and not h5py.is_hdf5(path):
+        return "not an HDF5 file"
+    return str(exc).split("(")[0].strip() or type(exc).__name__
+
+
+def _kind(obj):
+    return "a group" if isinstance(obj, h5py.Group) else f"a {type(obj).__name__}"
 
 
