@@ -26,6 +26,10 @@ def output_lock(output):
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
+            d = os.path.dirname(path)
+            if not os.path.isdir(d):
+                raise DataError(f"{output}: the output's directory {d} does not exist (or is not a "
+                                f"directory); create it first") from None
             raise DataError(f"{output}: cannot create the lock file {path} ({exc.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
