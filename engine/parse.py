@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import math
 
 from .spec import Expr
 
@@ -49,8 +50,19 @@ def parse(expr: Expr) -> ast.Expression:
                 isinstance(node, ast.Constant) and isinstance(node.value, bool):
             col, length = span(node, lead)
             raise expr.error(f"unsupported constant {node.value!r}", col=col, length=length)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not _finite(node.value):
+            col, length = span(node, lead)
+            raise expr.error("this number is beyond float64's range (it would be infinity)", col=col, length=length)
     tree.lead = lead
     return tree
+
+
+def _finite(number):
+    """Whether a number written in an expression is a float64 (1e400 or 400 digits would be infinity)."""
+    try:
+        return math.isfinite(float(number))
+    except OverflowError:
+        return False
 
 
 def span(node, lead=0):
