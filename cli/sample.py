@@ -32,10 +32,12 @@ def sample(model_or_config, n, output, seed, low, high, chunk, overwrite):
     Example:
       adgrad sample configs/eam.yaml -n 1000000 -o points.h5 --seed 7
     """
+    from adgrad.engine.model import build
     from adgrad.engine.spec import load_config_file, load_model_file
     from adgrad.engine.tools import sample as sampling
     config = load_config_file(model_or_config) if is_config(model_or_config) else None
     model = config.model if config else load_model_file(model_or_config)
+    build(model)        # the whole model is checked (names, shapes) before a file is written for it
     cols = sampling.columns(model, config, low, high)
     sampling.write(output, cols, n, seed=seed, chunk=chunk, overwrite=overwrite, model=model, config=config)
     ranges = ", ".join(f"{c.dataset} {(n,) + c.shape} in [{c.low:g}, {c.high:g})" for c in cols)
