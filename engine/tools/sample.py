@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 
@@ -88,9 +89,9 @@ def columns(model: Model, config: Config | None = None, low=None, high=None) -> 
             add(extra, tuple(shape), rng_of(None), f"the {'direction' if req.direction else 'cotangent'} "
                                                    f"of {req.name}")
     for c in cols.values():
-        if not c.low < c.high:
-            raise SpecError(f"dataset '{c.dataset}': the sample range needs low < high, got [{c.low}, {c.high})",
-                            config.path if config else model.path)
+        if not (c.low < c.high and math.isfinite(c.high - c.low)):
+            raise SpecError(f"dataset '{c.dataset}': the sample range needs finite low < high (and high - low "
+                            f"within float64's range), got [{c.low}, {c.high})", config.path if config else model.path)
     return list(cols.values())
 
 
@@ -126,8 +127,13 @@ def write(path, cols, points: int, seed: int = 0, chunk: int = 65536, overwrite=
     """Write `points` rows of every column to a new HDF5 file, `chunk` rows at a time, atomically."""
     # what sample reads: the config and the model with its param files (not the config's input, which
     # sample may well be asked to write)
-    reads = ([] if config is None else [(config.path, "the config file"), *guard.model_files(config.model, config.params)]) \
+    reads = ([] if config is None else [(config.path, "the config file"),
+                                        *guard.model_files(config.model, config.params)]) \
         + ([] if model is None else guard.model_files(model))
+    row_bytes = sum(8 * math.prod(c.shape) for c in cols)
+    if points * row_bytes >= 1 << 63:
+        raise DataError(f"-n {points}: {points} points of {row_bytes} bytes each are more than an HDF5 file can "
+                        f"hold (2**63 bytes)")
     guard.check_output(path, reads)
     if os.path.exists(path) and not overwrite:
         raise DataError(f"{path}: output file exists; pass --overwrite to replace it")
