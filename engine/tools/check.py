@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compile import compile_model, default_requests
+from ..errors import DataError
 from ..spec import derivative_name
 from ..store.input import InputReader
 from . import sample
@@ -52,6 +53,9 @@ def points(model, config, k, seed=0):
     shapes = {n: d.shape for n, d in model.spec.inputs.items()}
     reader = InputReader(config.input.path, {n: config.input.datasets[n] for n in shapes}, shapes)
     try:
+        if reader.points == 0:
+            raise DataError(f"{config.input.path}: the input file has no points to check the derivatives at "
+                            f"(check the model file instead: it samples its points)")
         return reader.read(0, min(k, reader.points))
     finally:
         reader.close()
