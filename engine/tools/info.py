@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import h5py
 
+from ..errors import DataError
 from .merge import EXACT, open_adgrad
 
 
@@ -26,9 +27,11 @@ def describe(path, text=True) -> Report:
         if not a.get("complete", True) and "_adgrad/commit" in f:
             # after kill -9 the root attributes lag; the commit record (engine/h5/io.py) does not
             a["chunks_done"] = int(f["_adgrad/commit"][...].max())
-        lines = [f"{path}: {_kind(a)}"]
-        lines += _status(a)
-        lines += _provenance(a)
+        try:
+            lines = [f"{path}: {_kind(a)}", *_status(a), *_provenance(a)]
+        except (KeyError, ValueError, TypeError) as exc:     # json.JSONDecodeError is a ValueError
+            raise DataError(f"{path}: not a well-formed adgrad file (its root attributes: "
+                            f"{type(exc).__name__}: {exc})") from None
         report = Report(lines)
         lines.append("datasets:")
         lines += _datasets(f, os.path.dirname(os.path.abspath(path)), report)
