@@ -1,13 +1,15 @@
 """`adgrad bench CONFIG`: compute-only timings per kernel variant and mode, and compile times."""
 import click
 
+from adgrad.engine.limits import MAX_CHUNK
+
 from .common import load_model_or_config, reports_errors
 
 
 @click.command()
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("--points", "m", type=click.IntRange(min=1), default=100_000, show_default=True,
-              help="Sampled points per timed call (from the model's sample: ranges, else [0, 1)).")
+@click.option("--points", "m", type=click.IntRange(1, MAX_CHUNK), default=100_000, show_default=True,
+              help="Sampled points per timed call (from the model's sample: ranges, else [0, 1)), held in memory.")
 @click.option("--repeat", type=click.IntRange(min=1), default=5, show_default=True,
               help="Timed calls per kernel after one warm-up call; the median is reported.")
 @click.option("--threads", type=click.IntRange(min=0), default=None,

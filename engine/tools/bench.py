@@ -20,7 +20,7 @@ import numba
 import numpy as np
 
 from ..compile import compile_model, default_requests
-from ..errors import JobError
+from ..errors import DataError, JobError
 from ..model import LoadedModel
 from ..spec import as_request, derivative_name
 from . import sample
@@ -156,9 +156,13 @@ def bench(path, model: LoadedModel, config=None, points=100_000, repeat=5, threa
         numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     elif config is not None and config.engine.threads:
         numba.set_num_threads(min(config.engine.threads, numba.config.NUMBA_NUM_THREADS))
-    inputs = sampled_inputs(model, config, points, seed)
     derivatives, mode, values = requests(model, config)
-    timings = time_kernels(model, inputs, derivatives, mode, values, repeat)
+    try:
+        inputs = sampled_inputs(model, config, points, seed)
+        timings = time_kernels(model, inputs, derivatives, mode, values, repeat)
+    except MemoryError:
+        raise DataError(f"--points {points}: the sampled points and their results do not fit in memory; "
+                        f"use fewer points") from None
     compiled = compile_seconds(path, config is not None) if compile_time else None
     return Report(model.name, points, numba.get_num_threads(), repeat, timings, compiled)
 
