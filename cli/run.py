@@ -16,15 +16,34 @@ def run_job(*args, **kwargs):
     return run(*args, **kwargs)
 
 
+class Size(click.ParamType):
+    """A size in bytes: 4GiB, 512 MiB, 1.5 GB or a number of bytes."""
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        from adgrad.engine.spec import parse_bytes
+        try:
+            return parse_bytes(int(value) if str(value).isdigit() else value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 @click.command()
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("--threads", type=click.IntRange(min=0), default=None, help="Threads (default: engine.threads, 0 = all cores).")
-@click.option("--chunk", type=click.IntRange(1, MAX_CHUNK), default=None, help="Points per chunk (default: engine.chunk).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Output file (default: output.path).")
+@click.option("--threads", type=click.IntRange(min=0), default=None,
+              help="Threads (default: engine.threads, 0 = all cores).")
+@click.option("--chunk", type=click.IntRange(1, MAX_CHUNK), default=None,
+              help="Points per chunk (default: engine.chunk, or as many as fit the memory budget).")
+@click.option("--memory", type=Size(), metavar="SIZE", default=None,
+              help="Memory budget of the chunk buffers, e.g. 4GiB (default: engine.memory, 2GiB); without "
+                   "--chunk or engine.chunk a chunk is as many points as fit.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Output file (default: output.path).")
 @click.option("--shard", metavar="I/N", default=None,
               help="Compute shard I of N (rows [I*M//N, (I+1)*M//N)) into OUTPUT with .shardIofN before the "
                    "extension (default: from SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT in a job array).")
-@click.option("--resume", is_flag=True, help="Finish an interrupted output file without recomputing its finished chunks.")
+@click.option("--resume", is_flag=True,
+              help="Finish an interrupted output file without recomputing its finished chunks.")
 @click.option("--trust-input", is_flag=True,
               help="With --resume: skip reading the finished chunks' input rows again to check their checksums.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
@@ -32,7 +51,7 @@ def run_job(*args, **kwargs):
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option("-v", "--verbose", is_flag=True, help="Also print timings per phase and the threading layer.")
 @reports_errors
-def run(config, threads, chunk, output, shard, resume, trust_input, overwrite, progress, quiet, verbose):
+def run(config, threads, chunk, memory, output, shard, resume, trust_input, overwrite, progress, quiet, verbose):
     """Compute the config's outputs and derivatives for every point of its input file.
 
     Streams the input in chunks through the compiled (cached) kernel into the output file, then
@@ -56,8 +75,9 @@ def run(config, threads, chunk, output, shard, resume, trust_input, overwrite, p
     hint = ["adgrad", "run", config, "--resume"] + (["-o", output] if output else []) + \
         (["--shard", shard] if shard else [])
     try:
-        summary = run_job(cfg, output=output, threads=threads, chunk=chunk, overwrite=overwrite, resume=resume,
-                          trust_input=trust_input, shard=shard, progress=bar, resume_hint=shlex.join(hint))
+        summary = run_job(cfg, output=output, threads=threads, chunk=chunk, memory=memory, overwrite=overwrite,
+                          resume=resume, trust_input=trust_input, shard=shard, progress=bar,
+                          resume_hint=shlex.join(hint))
     finally:
         if bar is not None:
             bar.close()

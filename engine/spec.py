@@ -14,7 +14,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 
 from .errors import SpecError
-from .limits import MAX_CHUNK, MAX_ELEMENTS, MAX_NEWTON, MAX_YAML_DEPTH, MAX_YAML_VALUES
+from .limits import DEFAULT_MEMORY, MAX_CHUNK, MAX_ELEMENTS, MIN_MEMORY, MAX_NEWTON, MAX_YAML_DEPTH, MAX_YAML_VALUES
 from .numeric.tables import check_grid
 from .potentials import READERS, SUFFIXES, format_of
 
@@ -195,9 +195,10 @@ class ComputeSection:
 @dataclass(frozen=True)
 class EngineSection:
     threads: int = 0            # 0 = all cores
-    chunk: int = 65536          # at most MAX_CHUNK
+    chunk: int | None = None    # points per chunk, at most MAX_CHUNK; None: as many as fit `memory`
     nan: str = "propagate"
     math: str = "vector"        # vector | libm: vectorized elementary functions or libm calls (compile_model)
+    memory: int = DEFAULT_MEMORY  # bytes for the run's chunk buffers
 
 
 @dataclass(frozen=True)
@@ -678,12 +679,12 @@ def _compute_section(doc, node, model):
 def _engine_section(doc, node):
     if node is None:
         return EngineSection()
-    e, default = doc.mapping(node, "engine", allowed=("threads", "chunk", "nan", "math")), EngineSection()
+    e, default = doc.mapping(node, "engine", allowed=("threads", "chunk", "nan", "math", "memory")), EngineSection()
     threads = doc.value(e["threads"]) if "threads" in e else default.threads
     if not isinstance(threads, int) or threads < 0:
         raise doc.error(e["threads"], "engine.threads must be a non-negative integer (0 = all cores)")
     chunk = doc.value(e["chunk"]) if "chunk" in e else default.chunk
-    if not isinstance(chunk, int) or isinstance(chunk, bool) or not 1 <= chunk <= MAX_CHUNK:
+    if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or not 1 <= chunk <= MAX_CHUNK):
         raise doc.error(e["chunk"], f"engine.chunk must be an integer from 1 to {MAX_CHUNK:,} (points per chunk)")
     nan = str(doc.value(e["nan"])) if "nan" in e else default.nan
     if nan not in ("propagate", "error"):
@@ -691,7 +692,41 @@ def _engine_section(doc, node):
     math = str(doc.value(e["math"])) if "math" in e else default.math
     if math not in ("vector", "libm"):
         raise doc.error(e["math"], "engine.math must be 'vector' or 'libm'")
-    return EngineSection(threads, chunk, nan, math)
+    memory = default.memory
+    if "memory" in e:
+        try:
+            memory = parse_bytes(doc.value(e["memory"]))
+        except ValueError as exc:
+            raise doc.error(e["memory"], f"engine.memory: {exc}") from None
+    return EngineSection(threads, chunk, nan, math, memory)
+
+
+UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
+         "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def parse_bytes(text):
+    """Bytes from an integer or a size such as "512 MiB", "2GiB" or "1.5 GB"; at least MIN_MEMORY."""
+    if isinstance(text, bool) or not isinstance(text, (int, str)):
+        raise ValueError(f"must be a size in bytes such as 2GiB or 512 MiB, not {text!r}")
+    number, unit = (text, "") if isinstance(text, int) else _split_size(text)
+    value = int(number * UNITS[unit])
+    if not MIN_MEMORY <= value <= 1 << 50:
+        raise ValueError(f"must be from 1 MiB to 1 PiB, not {text!r}")
+    return value
+
+
+def _split_size(text):
+    s = text.strip().lower()
+    digits = s.rstrip("kmgtib ")
+    unit = s[len(digits):].strip()
+    try:
+        number = float(digits)
+    except ValueError:
+        number = None
+    if number is None or not math.isfinite(number) or unit not in UNITS:
+        raise ValueError(f"must be a size in bytes such as 2GiB or 512 MiB, not {text!r}")
+    return number, unit
 
 
 class _ModelInline(_Doc):

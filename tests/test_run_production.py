@@ -483,3 +483,57 @@ def test_peak_memory_does_not_grow_with_points(tmp_path):
     # 250,000 points hold 64 MB of input and 66 MB of results, which a run holding the file would
     # add; a streaming run's peak is the same within a few MB (measured: 0.1 MB apart)
     assert large - small < 8, f"peak RSS grew by {large - small:.1f} MiB from 25,000 to 250,000 points"
+
+
+WIDER = """\
+adgrad: 1
+inputs:
+  x: {shape: [1000]}
+outputs:
+  E: sum(exp(-x))
+"""
+
+
+def peak_rss_budget_mib(d: Path, m, memory):
+    """Peak resident memory of `adgrad run --memory MEMORY` over m points of 1000 inputs (value and
+    gradient: 8 KB in and 8 KB out per point, 48 KB with three chunks in flight), no engine.chunk."""
+    d.mkdir()
+    (d / "model.yaml").write_text(WIDER)
+    (d / "cfg.yaml").write_text("adgrad: 1\nmodel: model.yaml\ninput: {path: in.h5}\noutput: {path: out.h5}\n"
+                                "compute: {derivatives: [{of: E, wrt: x}]}\n")
+    with h5py.File(d / "in.h5", "w") as f:
+        f.create_dataset("x", shape=(m, 1000), dtype="f8", fillvalue=0.5)
+    result = subprocess.run([sys.executable, "-c", PEAK_RSS, "run", str(d / "cfg.yaml"), "-q", "--memory", memory],
+                            capture_output=True, text=True, check=True)
+    with h5py.File(d / "out.h5", "r") as f:
+        assert f.attrs["complete"] and f["dE_dx"].shape == (m, 1000)
+        chunk = int(f.attrs["chunk"])
+    return int(result.stderr.split()[-2]) / 1024, chunk
+
+
+def test_the_chunk_follows_the_memory_budget(tmp_path):
+    """Without engine.chunk a chunk is as many points as fit --memory (47 KiB per point here), and the
+    run's peak memory follows: a budget of 8 MiB peaks within a few MiB of a run of 10 points."""
+    base, _ = peak_rss_budget_mib(tmp_path / "warm", 10, "8MiB")
+    small, chunk = peak_rss_budget_mib(tmp_path / "small", 6000, "8MiB")
+    assert chunk == (8 << 20) // (3 * (8 * 1000 + 8 * 1001))
+    large, chunk = peak_rss_budget_mib(tmp_path / "large", 6000, "96MiB")
+    assert chunk == (96 << 20) // (3 * (8 * 1000 + 8 * 1001))
+    assert small - base < 8 + 4, f"a budget of 8 MiB peaked {small - base:.1f} MiB above a run of 10 points"
+    assert 60 < large - small < 96, f"a budget of 96 MiB peaked {large - small:.1f} MiB above one of 8 MiB"
+
+
+def test_a_chunk_beyond_the_memory_budget_is_refused(job, tmp_path):
+    cfg, _ = job
+    out = tmp_path / "o.h5"
+    result = invoke("run", cfg, "-o", out, "--chunk", 100_000, "--memory", "4 MiB")
+    assert result.exit_code == 2, result.output
+    assert "a chunk of 100,000 points (--chunk) needs 33.6 MiB of buffers (352 bytes per point" in result.stderr, \
+        result.stderr
+    assert not out.exists()
+    result = invoke("run", cfg, "-o", out, "--memory", "4")
+    assert result.exit_code == 2 and "Invalid value for '--memory': must be from 1 MiB" in result.output
+    (tmp_path / "c.yaml").write_text(cfg.read_text().replace("engine: {chunk: 10}", "engine: {memory: lots}")
+                                     .replace("model.yaml", str(cfg.parent / "model.yaml")))
+    result = invoke("run", tmp_path / "c.yaml", "-o", out)
+    assert result.exit_code == 2 and "c.yaml:" in result.stderr and "engine.memory: must be a size" in result.stderr

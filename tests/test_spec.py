@@ -60,7 +60,7 @@ def test_config_sections_have_their_defaults(tmp_path):
     cfg = load_config_file(str(tmp_path / "c.yaml"))
     assert cfg.input == InputSection(None, {"x": "x"})
     assert cfg.output == OutputSection() == OutputSection(None, "float64", "none")
-    assert cfg.engine == EngineSection() == EngineSection(0, 65536, "propagate")
+    assert cfg.engine == EngineSection() == EngineSection(0, None, "propagate", "vector", 2 << 30)
     assert cfg.compute == ComputeSection(("E", "G"), ())
     assert cfg.mode == "auto" and cfg.params == {}
 

@@ -39,6 +39,16 @@ class Plan:
         return k * self.chunk, min(self.rows, (k + 1) * self.chunk)
 
 
+def bytes_per_point(kernel, dtype) -> int:
+    """The buffer memory a point of a chunk takes: SETS slots of float64 input rows and of stored
+    results, and the worker's float64 rows (reduced results; per-point ones stored narrower)."""
+    per_point = [n for n in kernel.output_shapes if n not in kernel.reduced]
+    size = lambda names: sum(max(1, int(np.prod(kernel.output_shapes[n]))) for n in names)  # noqa: E731
+    inputs = sum(max(1, v.size) for v in kernel.graph.inputs.values())
+    wide = size(per_point) if np.dtype(dtype) != np.float64 else 0
+    return SETS * (8 * inputs + np.dtype(dtype).itemsize * size(per_point)) + 8 * (wide + size(kernel.reduced))
+
+
 @dataclass
 class Timings:
     read: float = 0.0           # main thread: h5py reads, or mapping the rows

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..compile import compile_model
 from ..errors import DataError, JobError, os_reason
+from ..limits import DEFAULT_CHUNK
 from ..store import guard
 from ..store.input import InputReader, input_identity
 from ..store.lock import output_lock
@@ -26,7 +27,7 @@ from ..model import build
 from ..spec import Config
 from ..version import __version__
 from . import shard as shards
-from .pipeline import Plan, stream
+from .pipeline import Plan, bytes_per_point, stream
 from .resume import check_resumable, verify_input
 from .signals import Interrupted, stop_on_signals
 
@@ -78,6 +79,7 @@ class Request:
     """What the caller asked of the run beyond its config."""
     threads: int | None = None          # None: engine.threads
     chunk: int | None = None            # None: engine.chunk (or the file's, on --resume)
+    memory: int | None = None           # bytes of chunk buffers; None: engine.memory
     overwrite: bool = False
     resume: bool = False
     trust_input: bool = False           # --resume without reading the finished chunks' input again
@@ -158,7 +160,7 @@ def _open(config, model, kernel, reader, out_path, resuming, part, req, should_s
             out.close()
             raise
         return out, plan, threads
-    chunk = req.chunk or config.engine.chunk
+    chunk = _chunk(config, kernel, req)
     if should_stop():
         raise Interrupted(f"stopped by {should_stop.signal} before the run started; nothing was written")
     out = OutputFile.create(out_path, kernel.output_shapes, kernel.reduced, row_stop - row_start,
@@ -192,6 +194,29 @@ def _run(config, model, kernel, reader, out_path, resuming, part, req, should_st
     timings = {"compile": t_compile, **outcome.timings.as_dict()}
     return Summary(plan.rows, outcome.points, time.perf_counter() - t_start, kernel.modes, out.nan_points,
                    out_path, threads, numba.threading_layer(), timings)
+
+
+def _chunk(config, kernel, req):
+    """Points per chunk: --chunk or engine.chunk, checked against the memory budget (--memory or
+    engine.memory); without either, as many as fit the budget, at most DEFAULT_CHUNK."""
+    budget = req.memory or config.engine.memory
+    per_point = bytes_per_point(kernel, config.output.dtype)
+    chunk = req.chunk or config.engine.chunk
+    what = f"a chunk of {chunk:,} points ({'--chunk' if req.chunk else 'engine.chunk'})" if chunk else "one point"
+    if chunk is None:
+        chunk = min(DEFAULT_CHUNK, budget // per_point)
+    if chunk < 1 or chunk * per_point > budget:
+        raise DataError(f"{config.path}: {what} needs {_size(max(chunk, 1) * per_point)} of buffers "
+                        f"({_size(per_point)} per point, three chunks in flight), more than the memory budget of "
+                        f"{_size(budget)}; lower engine.chunk (--chunk) or raise engine.memory (--memory)")
+    return chunk
+
+
+def _size(n):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _threads(requested):
