@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -166,6 +167,30 @@ def test_memory_does_not_grow_with_points(tmp_path):
     small, large = peak_kib(10_000), peak_kib(500_000)      # 4 MB and 200 MB of samples
     assert (tmp_path / "500000.h5").stat().st_size > 200e6
     assert large - small < 30_000, (small, large)           # KiB
+
+
+def test_a_killed_sample_leaves_a_temporary_file_that_the_next_one_removes(tmp_path):
+    """kill -9 in the middle of writing leaves `.s.h5.HOST.PID.*.tmp`; the next sample to s.h5 on this
+    host removes it (its pid is gone), and leaves a live process's temporary file alone."""
+    from adgrad.engine.store.atomic import _host
+    model = tmp_path / "wide.yaml"
+    model.write_text("adgrad: 1\ninputs:\n  x: {shape: [50]}\noutputs:\n  E: sum(x)\n")
+    proc = subprocess.Popen([sys.executable, "-c", "from adgrad.cli.main import cli; cli()", "sample", str(model),
+                             "-n", "20000000", "-o", str(tmp_path / "s.h5")], stderr=subprocess.DEVNULL)
+    temps = lambda: sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp"))  # noqa: E731
+    deadline = time.monotonic() + 60
+    while not temps() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    proc.kill()
+    assert proc.wait() == -9, "sample ended before its kill"
+    left = temps()
+    assert left == [f".s.h5.{_host()}.{proc.pid}.{left[0][-12:-4]}.tmp"] and not (tmp_path / "s.h5").exists()
+    live = tmp_path / f".s.h5.{_host()}.{os.getpid()}.0123abcd.tmp"      # this process is writing it
+    live.write_bytes(b"")
+    result = invoke("sample", model, "-n", 10, "-o", tmp_path / "s.h5")
+    assert result.exit_code == 0, result.output
+    assert temps() == [live.name] and (tmp_path / "s.h5").exists()
 
 
 def test_help():

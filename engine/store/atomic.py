@@ -1,10 +1,16 @@
-"""Write an HDF5 file all or nothing: build it under a temporary name beside the target, then rename."""
+"""Write an HDF5 file all or nothing: build it under a temporary name beside the target, then rename.
+
+The temporary name holds the writer's host and pid: a process killed (kill -9) while writing leaves
+its temporary file, and the next write of the same target on that host removes it once that pid is
+gone. (Another host's files are left alone: on a shared file system its pids mean nothing here.)"""
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
+import re
 import secrets
+import socket
 
 import h5py
 
@@ -15,12 +21,14 @@ NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 @contextlib.contextmanager
 def atomic_h5(path, **options):
-    """Yield an h5py.File (with h5py.File `options`) opened for writing at a temporary path in `path`'s directory; on success it is
-    closed and renamed to `path` (os.replace, atomic on one file system); on any failure, including
-    Ctrl-C, it is removed, so `path` is either the old file or the complete new one. The file gets the
-    usual permissions (0666 less the umask), as h5py.File(path, "w") would give it."""
+    """Yield an h5py.File (with h5py.File `options`) opened for writing at a temporary path in `path`'s
+    directory; on success it is closed and renamed to `path` (os.replace, atomic on one file system);
+    on any failure, including Ctrl-C, it is removed, so `path` is either the old file or the complete
+    new one. The file gets the usual permissions (0666 less the umask), as h5py.File(path, "w") would."""
     directory, name = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    host = _host()
+    _remove_stale(directory, name, host)
+    tmp = os.path.join(directory, f".{name}.{host}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         f = h5py.File(tmp, "x", **options)     # "x": never clobbers another process's temporary file
     except OSError as exc:
@@ -45,3 +53,28 @@ def atomic_h5(path, **options):
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
         raise
+
+
+def _host():
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())
+
+
+def _remove_stale(directory, name, host):
+    """Remove the temporary files of `name` that dead processes of this host left."""
+    pattern = re.compile(re.escape(f".{name}.{host}.") + r"(\d+)\.[0-9a-f]{8}\.tmp")
+    with contextlib.suppress(OSError):
+        for entry in os.listdir(directory):
+            m = pattern.fullmatch(entry)
+            if m and not _alive(int(m.group(1))):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(directory, entry))
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:         # another user's live process
+        return True
+    return True
