@@ -172,8 +172,27 @@ def test_skin_and_slot_growth_do_not_change_results(cu_model):
     squeezed.calc = kept
     f = squeezed.get_forces()
     assert kept.width > width and kept.width % 8 == 0 and kept.kernel is not kernel
-    np.testing.assert_allclose(f, calculate_numerical_forces(squeezed, eps=1e-5), rtol=1e-6, atol=1e-7)
+    d, h = rng.normal(size=f.shape), 1e-5          # every force at once: the energy along a direction d
+    along = [kept.get_potential_energy(Atoms(squeezed.numbers, squeezed.positions + t * d, cell=squeezed.cell,
+                                             pbc=True)) for t in (h, -h)]
+    assert -np.vdot(f, d) == pytest.approx((along[0] - along[1]) / (2 * h), rel=1e-7)
     kernel = kept.kernel
     squeezed.positions += 0.01
     squeezed.get_forces()
     assert kept.kernel is kernel                    # no recompile while the slots suffice
+
+
+def test_three_body_model_without_species_inputs():
+    """configs/si_sw_model.yaml (Stillinger-Weber silicon: inputs R and valid only, pairs of neighbours
+    as N x N arrays): forces and stress against finite differences."""
+    model = ROOT / "configs" / "si_sw_model.yaml"
+    calc = AdgradCalculator(model, float(np.max(load_model(model).tables["sw"].constants["cut"])), {"Si": 0})
+    atoms = bulk("Si", "diamond", a=5.431, cubic=True).repeat(2)
+    atoms.rattle(0.15, seed=2)
+    atoms.calc = calc
+    np.testing.assert_allclose(atoms.get_forces(), calculate_numerical_forces(atoms, eps=1e-5), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(atoms.get_stress(), calculate_numerical_stress(atoms, eps=1e-6), rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match="no species index for Ge"):
+        Atoms("Ge", cell=np.eye(3) * 10, pbc=True, calculator=calc).get_potential_energy()
+    with pytest.raises(ValueError, match="reads species"):
+        AdgradCalculator(ROOT / "configs" / "cu_eam_model.yaml", 6.0)
