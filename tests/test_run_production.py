@@ -151,16 +151,19 @@ def test_kill_9_at_random_moments_then_resume_is_bit_identical(job, tmp_path):
     cfg, ref = job
     out = tmp_path / "out.h5"
     rng = np.random.default_rng(4)
-    # once during start-up, then as three runs pass random chunks (at a random moment of a commit)
-    for target in [0, *np.sort(rng.choice(np.arange(20, M // 10 - 20), 3, replace=False))]:
+    # 20 kills: 4 at random moments of start-up (imports, kernel load, layout of the file), then 16 as
+    # the runs pass random chunks (at a random moment of a commit)
+    targets = [0] * 4 + sorted(rng.choice(np.arange(20, M // 10 - 20), 16, replace=False))
+    for target in targets:
         proc = subprocess.Popen(ADGRAD + ["run", str(cfg), "-o", str(out), "--resume", "-q"],
                                 stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while target and committed(out) < target and time.monotonic() < deadline:
             time.sleep(0.002)
-        time.sleep(rng.uniform(0, 0.004) if target else 0.3)
+        time.sleep(rng.uniform(0, 0.004) if target else rng.uniform(0, 0.8))
         proc.kill()
         assert proc.wait() == -signal.SIGKILL, f"the run ended before its kill near chunk {target}"
+        assert committed(out) >= target
     assert 0 < committed(out) < M // 10
     result = invoke("run", cfg, "-o", out, "--resume")
     assert result.exit_code == 0, result.output
