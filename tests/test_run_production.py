@@ -301,6 +301,20 @@ def test_resume_without_a_file_starts_fresh(job, tmp_path):
     assert_same_file(tmp_path / "new.h5", ref)
 
 
+def test_two_concurrent_runs_to_one_new_path_one_is_refused(job, tmp_path):
+    """Started together, one run writes the file and the other exits 2: while the first holds the
+    output's lock it is named, after it the file exists; the file is the one complete result."""
+    cfg, ref = job
+    out = tmp_path / "out.h5"
+    procs = [subprocess.Popen(ADGRAD + ["run", str(cfg), "-o", str(out)], stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = sorted((p.wait(timeout=120), p.stderr.read()) for p in procs)
+    assert [code for code, _ in results] == [0, 2], results
+    refusal = results[1][1]
+    assert "another adgrad run is writing this output" in refusal or "output file exists" in refusal, refusal
+    assert_same_file(out, ref)
+
+
 # ---- exact sums, threads, chunks, shards -------------------------------------------------------------
 
 def test_threads_and_chunks_give_the_same_bits(job, tmp_path):
