@@ -3,13 +3,16 @@ import sys
 
 import click
 
+from adgrad.engine.errors import DataError
+from adgrad.engine.limits import MAX_CHUNK
+
 from .common import load_model_or_config, reports_errors
 
 
 @click.command()
 @click.argument("model_or_config", type=click.Path(dir_okay=False))
-@click.option("--points", "k", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Points to check (from the config's input file, else sampled).")
+@click.option("--points", "k", type=click.IntRange(1, MAX_CHUNK), default=32, show_default=True,
+              help="Points to check (from the config's input file, else sampled), held in memory.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampled points.")
 @reports_errors
 def check(model_or_config, k, seed):
@@ -29,8 +32,12 @@ def check(model_or_config, k, seed):
     model, config = load_model_or_config(model_or_config)
     from adgrad.engine.tools import check as oracle
     pairs = oracle.requested(model, config.compute.derivatives if config else None)
-    points = oracle.points(model, config, k, seed)
-    rows = oracle.check(model, pairs, points)
+    try:
+        points = oracle.points(model, config, k, seed)
+        rows = oracle.check(model, pairs, points)
+    except MemoryError:
+        raise DataError(f"--points {k}: the points and their differences do not fit in memory; use fewer "
+                        f"points") from None
     click.echo(oracle.format_rows(rows))
     bad = [r for r in rows if not r.ok]
     if bad:
