@@ -1,0 +1,160 @@
+"""adgrad as a felupe material: any adgrad model of a strain energy W(F), or of a stress P(F), usable
+wherever felupe takes a constitutive material (SolidBody, SolidBodyNearlyIncompressible's umat, `&`).
+
+    import felupe as fem
+    from adgrad.felupe import Material
+    umat = Material("configs/models/ogden.yaml")               # W(F): P = dW/dF, A = d2W/dF2
+    umat = Material("my_law.yaml", stress="P", bulk=5000.0)    # P(F): A = dP/dF; a param's value
+    solid = fem.SolidBody(umat, field)
+
+felupe hands a material x = [F, statevars] with F (3, 3, q, c) (quadrature points and cells as
+trailing axes) and expects gradient(x) -> [P, statevars_new] and hessian(x) -> [A], P (3, 3, q, c)
+and A (3, 3, 3, 3, q, c). The compiled kernels read F and write P and A in that layout directly (the
+kernel's strided driver, CompiledKernel.evaluate's `out`): no array of the whole size is copied, and
+felupe's `out=` arrays (its results of the previous call) are written in place.
+
+State variables: every input of the model other than F is a state variable, whose updated value is
+the output named `<input>_new` (configs/models/j2_voce.yaml: eps_p, alpha -> eps_p_new, alpha_new).
+felupe keeps them as one array (n, q, c), the inputs' entries one after another in model order; the
+hessian is taken at the old state (x[-1]), as felupe's own materials do.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+try:
+    import felupe
+except ImportError as e:            # pragma: no cover - the optional extra is not installed
+    raise ImportError("adgrad.felupe needs felupe: pip install 'adgrad[felupe]'") from e
+
+from adgrad.engine import compile_model, load_model
+
+__all__ = ["Material"]
+
+
+def trailing(a, shape):
+    """A view (M, *shape) of `a` (*shape, q, c) with its points first (M = q c), the same memory when
+    the point axes of `a` merge into one (felupe's arrays are C-contiguous), else a copy."""
+    a = np.asarray(a)
+    m = int(np.prod(a.shape[len(shape):], dtype=np.int64))
+    return np.moveaxis(a.reshape(*shape, m), -1, 0)
+
+
+class Material(felupe.ConstitutiveMaterial):
+    """A felupe constitutive material computed by adgrad kernels.
+
+    model: a model file (path) or a LoadedModel (adgrad.engine.load_model).
+    energy / stress: the output that is W (a scalar: P = dW/dF, A = d2W/dF2) or P (a 3x3 output:
+    A = dP/dF). Default: the model's only scalar output, else its only 3x3 output.
+    F: the input that is the deformation gradient (default "F", or the model's only 3x3 input).
+    params: param values (also as keyword arguments); change `material.params` between calls, no
+    recompile. threads: numba threads of each call (None: numba's setting). mode, math: as
+    compile_model's.
+    """
+
+    def __init__(self, model, *, energy=None, stress=None, F=None, params=None, threads=None, mode="auto",
+                 math="vector", **param_values):
+        if isinstance(model, (str, os.PathLike)):
+            model = load_model(model)
+        self.model, self.threads = model, threads
+        self.params = {**(params or {}), **param_values}
+        unknown = set(self.params) - set(model.graph.params)
+        if unknown:
+            raise ValueError(f"model '{model.name}' has no param {sorted(unknown)}")
+        inputs, outputs = model.graph.inputs, model.graph.outputs
+        self.F = F or ("F" if "F" in inputs else _only(inputs, (3, 3), "input", model))
+        if inputs[self.F].shape != (3, 3):
+            raise ValueError(f"input '{self.F}' of model '{model.name}' is not 3x3")
+        if energy is None and stress is None:
+            scalars = [n for n, v in outputs.items() if v.shape == ()]
+            energy = scalars[0] if len(scalars) == 1 else None
+            stress = None if energy else _only(outputs, (3, 3), "output", model)
+        self.energy, self.stress = energy, stress
+        self.state = [n for n in inputs if n != self.F]
+        for n in self.state:
+            if f"{n}_new" not in outputs or outputs[f"{n}_new"].shape != inputs[n].shape:
+                raise ValueError(f"state variable '{n}' of model '{model.name}' needs an output '{n}_new' "
+                                 f"of shape {inputs[n].shape}")
+        self.sizes = [max(1, inputs[n].size) for n in self.state]
+        new = [f"{n}_new" for n in self.state]
+        if energy:
+            grad = compile_model(model, [(energy, self.F)], mode=mode, values=new, math=math)
+            hess = compile_model(model, [(energy, [self.F, self.F])], mode=mode, values=[], math=math)
+            self.P = grad.derivatives[0].name
+        else:
+            grad = compile_model(model, [], mode=mode, values=[stress, *new], math=math)
+            hess = compile_model(model, [(stress, self.F)], mode=mode, values=[], math=math)
+            self.P = stress
+        self.A = hess.derivatives[0].name
+        self.kernels = {"gradient": grad, "hessian": hess}
+        self._function = None
+        self.x = [np.eye(3), np.zeros(sum(self.sizes))]
+        self.parallel = False           # felupe's chunked evaluation is not used: the kernels are parallel
+
+    def _inputs(self, x):
+        """adgrad's inputs of felupe's x = [F, ..., statevars]: views with the points first."""
+        F, statevars = x[0], x[-1]
+        inputs = {self.F: trailing(F, (3, 3))}
+        rows = np.asarray(statevars).reshape(len(statevars), -1) if self.state else None
+        offset = 0
+        for n, size in zip(self.state, self.sizes):
+            shape = self.model.graph.inputs[n].shape
+            inputs[n] = np.moveaxis(rows[offset:offset + size].reshape(*shape, -1), -1, 0)
+            offset += size
+        return F, statevars, inputs
+
+    def _evaluate(self, which, inputs, out):
+        self.kernels[which].evaluate(inputs, out=out, params=self.params, threads=self.threads)
+
+    def gradient(self, x, out=None, **kwargs):
+        """[P (3, 3, q, c), statevars_new (n, q, c)] at x = [F, statevars]; P is written into `out`
+        when it is a float64 array of that shape (felupe passes its previous result)."""
+        F, statevars, inputs = self._inputs(x)
+        P = out if _usable(out, F.shape) else np.empty(F.shape)
+        outs = {self.P: trailing(P, (3, 3))}
+        if self.state:
+            new = np.empty(statevars.shape)
+            rows, offset = new.reshape(len(new), -1), 0
+            for n, size in zip(self.state, self.sizes):
+                shape = self.model.graph.inputs[n].shape
+                outs[f"{n}_new"] = np.moveaxis(rows[offset:offset + size].reshape(*shape, -1), -1, 0)
+                offset += size
+        else:
+            new = statevars
+        self._evaluate("gradient", inputs, outs)
+        return [P, new]
+
+    def hessian(self, x, out=None, **kwargs):
+        """[A (3, 3, 3, 3, q, c)] at x = [F, statevars], written into `out` when it is a float64
+        array of that shape."""
+        F, _, inputs = self._inputs(x)
+        shape = (3, 3, 3, 3, *F.shape[2:])
+        A = out if _usable(out, shape) else np.empty(shape)
+        self._evaluate("hessian", inputs, {self.A: trailing(A, (3, 3, 3, 3))})
+        return [A]
+
+    def function(self, x, **kwargs):
+        """[W (q, c)] at x = [F, statevars] (a model of W only; compiled at the first call)."""
+        if not self.energy:
+            raise TypeError(f"model '{self.model.name}' is a stress model ({self.stress}): it has no energy")
+        if self._function is None:
+            self._function = compile_model(self.model, [], values=[self.energy])
+        F, _, inputs = self._inputs(x)
+        W = np.empty(F.shape[2:])
+        self._function.evaluate(inputs, out={self.energy: W.reshape(-1)}, params=self.params,
+                                threads=self.threads)
+        return [W]
+
+
+def _usable(out, shape):
+    return isinstance(out, np.ndarray) and out.shape == tuple(shape) and out.dtype == np.float64 \
+        and out.flags.c_contiguous and out.flags.writeable
+
+
+def _only(variables, shape, what, model):
+    names = [n for n, v in variables.items() if v.shape == shape]
+    if len(names) != 1:
+        raise ValueError(f"model '{model.name}' has {len(names)} {what}s of shape {shape}; name the one to use")
+    return names[0]

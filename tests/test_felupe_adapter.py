@@ -1,0 +1,215 @@
+"""adgrad.felupe (an adgrad model as a felupe material) and the calls it rests on.
+
+felupe solves of uniaxial tension on a small cube, once with adgrad's material compiled from a model
+file and once with felupe's own law (the neo-Hookean: felupe.NeoHooke; Ogden: the `hyperelastic`
+package's exact Ogden & felupe.Volumetric, the oracle tests/felupe_oracle.py uses for stretch-based
+laws), give the same displacements and nodal forces (reactions included) to 1e-10 relative, after
+the same number of Newton iterations. The kernel calls underneath: the serial path (small calls,
+threads=1) and the strided driver (outputs in felupe's layout, points last) give the same bits as
+the parallel row driver; threads= applies to one call only; out= buffers are reused in place; params
+change between calls without a recompile.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import felupe as fem
+import hyperelastic as hel
+import numba
+import numpy as np
+import pytest
+from adgrad.felupe import Material, trailing
+
+MODELS = Path(__file__).resolve().parents[1] / "configs" / "models"
+RTOL = 1e-10
+WARM = """
+import sys
+import numpy as np
+from adgrad.felupe import Material
+umat = Material(sys.argv[1])
+x = [np.eye(3)[:, :, None, None] + np.zeros((3, 3, 8, 2)), np.zeros((0, 8, 2))]
+umat.gradient(x), umat.hessian(x)       # the strided drivers felupe's layout takes
+"""
+
+
+@pytest.fixture(scope="module")
+def materials():
+    """neo_hooke's and ogden's materials. numba compiles on one core: a second process compiles
+    Ogden's kernels (and their strided drivers) meanwhile, and this one then loads them from adgrad's
+    cache."""
+    helper = subprocess.Popen([sys.executable, "-c", WARM, str(MODELS / "ogden.yaml")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        neo = Material(MODELS / "neo_hooke.yaml")
+    finally:
+        helper.wait()
+    return {"neo_hooke": neo, "ogden": Material(MODELS / "ogden.yaml")}
+
+
+def uniaxial(umat, n=4, move=0.4):
+    """felupe's uniaxial tension of a unit cube (clamped ends) of n^3 nodes: the Newton result."""
+    mesh = fem.Cube(n=n)
+    field = fem.FieldContainer([fem.Field(fem.RegionHexahedron(mesh), dim=3)])
+    _, loadcase = fem.dof.uniaxial(field, clamped=True, move=move, return_loadcase=True)
+    solid = fem.SolidBody(umat, field)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return fem.newtonrhapson(items=[solid], **loadcase, verbose=0, tol=1e-10)
+
+
+def assert_same_solve(ours, theirs):
+    assert ours.success and theirs.success
+    assert ours.iterations == theirs.iterations
+    u, v = ours.x[0].values, theirs.x[0].values
+    assert np.abs(u - v).max() <= RTOL * np.abs(v).max()
+    f, g = np.asarray(ours.fun).ravel(), np.asarray(theirs.fun).ravel()   # nodal forces, reactions too
+    assert np.abs(f - g).max() <= RTOL * np.abs(g).max()
+
+
+class Sum:
+    """Two felupe materials' stresses and tangents added (felupe's `&` wants felupe materials)."""
+
+    def __init__(self, *umats):
+        self.umats, self.x = umats, [np.eye(3), np.zeros(0)]
+
+    def gradient(self, x):
+        return [sum(u.gradient([x[0], None])[0] for u in self.umats), x[-1]]
+
+    def hessian(self, x):
+        return [sum(u.hessian([x[0], None])[0] for u in self.umats)]
+
+
+def test_neo_hooke_solve_equals_felupe(materials):
+    assert_same_solve(uniaxial(materials["neo_hooke"]), uniaxial(fem.NeoHooke(mu=1.0, bulk=2.0)))
+
+
+def test_ogden_solve_equals_hyperelastic(materials):
+    ogden = hel.DistortionalSpace(hel.StretchesFramework(hel.models.stretches.Ogden(mu=[1.0, 0.2],
+                                                                                     alpha=[1.7, -1.5])))
+    assert_same_solve(uniaxial(materials["ogden"]), uniaxial(Sum(ogden, fem.Volumetric(bulk=2.0))))
+
+
+def test_material_params_change_without_recompile(materials):
+    """Material(bulk=...) and material.params between solves: felupe's NeoHooke of those params."""
+    umat = materials["neo_hooke"]
+    kernels = dict(umat.kernels)
+    try:
+        umat.params = {"mu": 0.5, "bulk": 5.0}
+        assert_same_solve(uniaxial(umat, n=3), uniaxial(fem.NeoHooke(mu=0.5, bulk=5.0), n=3))
+    finally:
+        umat.params = {}
+    assert umat.kernels == kernels
+
+
+def felupe_points(q=8, c=300, seed=3):
+    """F in felupe's layout (3, 3, q, c), about I."""
+    rng = np.random.default_rng(seed)
+    return np.ascontiguousarray(np.eye(3)[:, :, None, None] + 0.1 * rng.standard_normal((3, 3, q, c)))
+
+
+def test_material_layout_and_out(materials):
+    """gradient/hessian in felupe's layout equal the kernel's point-first results bit for bit, and
+    felupe's out= arrays are written in place."""
+    umat = materials["neo_hooke"]
+    F = felupe_points()
+    P, statevars = umat.gradient([F, np.zeros((0, 8, 300))])
+    (A,) = umat.hessian([F, None])
+    rows = np.ascontiguousarray(np.moveaxis(F.reshape(3, 3, -1), -1, 0))
+    ref = {**umat.kernels["gradient"].evaluate({"F": rows}), **umat.kernels["hessian"].evaluate({"F": rows})}
+    assert P.shape == (3, 3, 8, 300) and A.shape == (3, 3, 3, 3, 8, 300) and statevars.shape == (0, 8, 300)
+    assert np.array_equal(trailing(P, (3, 3)), ref["dW_dF"])
+    assert np.array_equal(trailing(A, (3, 3, 3, 3)), ref["d2W_dF_dF"])
+    P2, _ = umat.gradient([F, None], out=P)
+    (A2,) = umat.hessian([F, None], out=A)
+    assert P2 is P and A2 is A
+    assert np.array_equal(trailing(A, (3, 3, 3, 3)), ref["d2W_dF_dF"])
+    (W,) = umat.function([F, None])
+    J, trC = np.linalg.det(rows), np.einsum("mij,mij->m", rows, rows)
+    want = (J ** (-2 / 3) * trC - 3) / 2 + (J - 1) ** 2         # mu = 1, bulk = 2
+    assert np.abs(W.reshape(-1) - want).max() <= 1e-13
+
+
+# -- the kernel calls
+
+
+@pytest.fixture(scope="module")
+def neo(materials):
+    """neo_hooke's Hessian kernel (the adapter's), with many points."""
+    rng = np.random.default_rng(0)
+    return materials["neo_hooke"].kernels["hessian"], np.eye(3) + 0.1 * rng.standard_normal((3000, 3, 3))
+
+
+def test_serial_and_parallel_paths_are_bit_identical(neo):
+    kernel, F = neo
+    parallel = kernel.evaluate({"F": F}, threads=2)
+    serial = kernel.evaluate({"F": F}, threads=1)
+    below = kernel.serial_below
+    try:
+        kernel.serial_below = 10**9                         # every call serial, on all threads
+        small = kernel.evaluate({"F": F})
+    finally:
+        kernel.serial_below = below
+    for name, value in parallel.items():
+        assert np.array_equal(value, serial[name]) and np.array_equal(value, small[name])
+
+
+def test_threads_apply_to_the_call_only(neo):
+    kernel, F = neo
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        kernel.evaluate({"F": F}, threads=2)
+        assert numba.get_num_threads() == 1
+        numba.set_num_threads(2)
+        kernel.evaluate({"F": F}, threads=1)
+        kernel.evaluate({"F": F[:10]}, threads=2)
+        assert numba.get_num_threads() == 2
+        with pytest.raises(ValueError):                     # more threads than numba has: refused,
+            kernel.evaluate({"F": F}, threads=10**6)        # the setting untouched
+        assert numba.get_num_threads() == 2
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_trailing_axis_outputs_are_written_in_place(neo):
+    """An out array with the points last (a view of it with the points first), a strided input, a
+    broadcast input, and float32 outputs (one copy): the same bits as point-first rows, serial or not."""
+    kernel, F = neo
+    ref = kernel.evaluate({"F": F})["d2W_dF_dF"]
+    F_last = np.ascontiguousarray(np.moveaxis(F, 0, -1))              # (3, 3, M)
+    for threads in (1, 2):
+        A = np.full((3, 3, 3, 3, len(F)), np.nan)
+        view = np.moveaxis(A, -1, 0)
+        got = kernel.evaluate({"F": np.moveaxis(F_last, -1, 0)}, out={"d2W_dF_dF": view}, threads=threads)
+        assert got["d2W_dF_dF"] is view and np.array_equal(view, ref)
+    every_other = np.empty((2 * len(F), 3, 3, 3, 3))[::2]            # a point-first, strided out
+    kernel.evaluate({"F": F}, out={"d2W_dF_dF": every_other})
+    assert np.array_equal(every_other, ref)
+    one = kernel.evaluate({"F": np.broadcast_to(F[7], F.shape)})["d2W_dF_dF"]
+    assert np.array_equal(one, np.broadcast_to(ref[7], ref.shape))
+    single = np.empty(ref.shape, np.float32)
+    kernel.evaluate({"F": F}, out={"d2W_dF_dF": single})
+    assert np.array_equal(single, ref.astype(np.float32))
+    bad = np.ones(len(F), bool)
+    kernel.evaluate({"F": np.moveaxis(F_last, -1, 0)}, out={"d2W_dF_dF": view}, nonfinite=bad)
+    assert not bad.any() and np.array_equal(view, ref)
+
+
+def test_out_reuse_and_params_between_calls(neo):
+    """The same out buffers every call, other params each call, no recompile; A is linear in
+    (mu, bulk) for neo-Hooke, so A(mu, bulk) = mu A(1, 0) + bulk A(0, 1)."""
+    kernel, F = neo
+    module, compiled = kernel.module, len(kernel.module.batch.overloads)
+    out = {"d2W_dF_dF": np.empty((len(F), 3, 3, 3, 3))}
+    dev = kernel.evaluate({"F": F}, params={"mu": 1.0, "bulk": 0.0})["d2W_dF_dF"]
+    vol = kernel.evaluate({"F": F}, params={"mu": 0.0, "bulk": 1.0})["d2W_dF_dF"]
+    for mu, bulk in [(1.0, 2.0), (0.3, 50.0), (2.0, 0.5)]:
+        got = kernel.evaluate({"F": F}, out=out, params={"mu": mu, "bulk": bulk})
+        assert got["d2W_dF_dF"] is out["d2W_dF_dF"]
+        want = mu * dev + bulk * vol
+        assert np.abs(got["d2W_dF_dF"] - want).max() <= 1e-12 * np.abs(want).max()
+    assert kernel.module is module and len(kernel.module.batch.overloads) == compiled
+    assert np.array_equal(kernel.evaluate({"F": F})["d2W_dF_dF"], kernel.evaluate({"F": F}, params={})["d2W_dF_dF"])
