@@ -11,9 +11,11 @@ from .spec import load_model_file
 __all__ = ["load_model", "compile_model", "run", "CompiledKernel"]
 
 
-def load_model(path, input_shapes=None) -> LoadedModel:
-    """Parse and check a model file; `input_shapes` overrides declared input shapes (name -> shape)."""
-    return build(load_model_file(os.fspath(path), input_shapes))
+def load_model(path, input_shapes=None, sizes=None) -> LoadedModel:
+    """Parse and check a model file. `sizes` replaces the values of the model's named sizes (name ->
+    int, e.g. {"N": 120} for the neighbour count); `input_shapes` replaces declared input shapes
+    (name -> shape). Each distinct shape is its own kernel in the compile cache."""
+    return build(load_model_file(os.fspath(path), input_shapes, sizes))
 
 
 def run(config, **options):

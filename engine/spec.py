@@ -121,6 +121,7 @@ class Model:
     lets: dict                  # name -> Expr or SolveDecl, in order
     outputs: dict               # name -> Expr
     derivatives: dict           # "d{of}_d{wrt}" -> Expr (hand-written, used by mode: manual)
+    sizes: dict = field(default_factory=dict)   # name -> int: the named sizes its shapes use
 
 
 def derivative_name(of, wrt, kind=""):
@@ -271,12 +272,21 @@ class _Doc:
         line, col = node.start_mark.line + 1, node.start_mark.column + 1
         return Expr(text, self.path, line, col, where)
 
+    sizes: dict = {}        # the model's named sizes (its `sizes:` with overrides), set before shapes are read
+
     def shape(self, node, where):
         val = self.value(node)
-        if isinstance(val, int) and not isinstance(val, bool):
+        if isinstance(val, (int, str)) and not isinstance(val, bool):
             val = [val]
-        if not isinstance(val, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in val):
-            raise self.error(node, f"{where}: a shape is a list of positive integers, got {val!r}")
+        if not isinstance(val, list):
+            raise self.error(node, f"{where}: a shape is a list of positive integers or sizes, got {val!r}")
+        for d in val:
+            if isinstance(d, str) and d not in self.sizes:
+                raise self.error(node, f"{where}: '{d}' is not a size of the model (declare it under sizes:; "
+                                       f"its sizes: {', '.join(self.sizes) or 'none'})")
+        val = [self.sizes.get(d, d) if isinstance(d, str) else d for d in val]
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in val):
+            raise self.error(node, f"{where}: a shape is a list of positive integers or sizes, got {val!r}")
         return tuple(val)
 
     def name_list(self, node, where):
@@ -349,7 +359,8 @@ def _param(doc, name, node, base_dir):
         return ParamDecl(name, doc.expr(node, where), loc)
     val = doc.value(node)
     if not _numeric(val):
-        raise doc.error(node, f"{where}: a param is a number, a nested list of numbers, a constant expression or {{file, dataset}}")
+        raise doc.error(node, f"{where}: a param is a number, a nested list of numbers, a constant expression "
+                              f"or {{file, dataset}}")
     return ParamDecl(name, val, loc)
 
 
@@ -562,15 +573,17 @@ def _derivatives(doc, node):
     return {name: doc.expr(n, f"derivatives.{name}") for name, n in doc.mapping(node or EMPTY, "derivatives").items()}
 
 
-def _model_from_doc(doc, input_shapes=None):
-    allowed = ("adgrad", "name", "description", "inputs", "params", "functions", "let", "outputs", "derivatives")
+def _model_from_doc(doc, input_shapes=None, sizes=None, size_error=None):
+    allowed = ("adgrad", "name", "description", "sizes", "inputs", "params", "functions", "let", "outputs",
+               "derivatives")
     top = doc.mapping(doc.root, "model", allowed=allowed, required=("inputs", "outputs"))
     _check_version(doc, top, "model")
     base_dir = os.path.dirname(os.path.abspath(doc.path))
     names = _Names(doc)
+    doc.sizes = _sizes(doc, top.get("sizes"), names, sizes or {}, size_error)
     get = lambda k, d: str(doc.value(top[k])) if k in top else d   # noqa: E731
     return Model(get("name", os.path.splitext(os.path.basename(doc.path))[0]), get("description", ""),
-                 doc.path, doc.text,
+                 doc.path, doc.text, sizes=dict(doc.sizes),
                  inputs=_inputs(doc, top["inputs"], names, input_shapes),
                  params=_params(doc, top.get("params"), names, base_dir),
                  functions=_functions(doc, top.get("functions"), names),
@@ -579,19 +592,41 @@ def _model_from_doc(doc, input_shapes=None):
                  derivatives=_derivatives(doc, top.get("derivatives")))
 
 
-def load_model_file(path, input_shapes=None):
-    return _model_from_doc(_Doc(path, _read(path)), input_shapes)
+def _sizes(doc, node, names, overrides, size_error=None):
+    """sizes: {NAME: positive integer}: named sizes the shapes of inputs and params may use (a neighbour
+    count), each replaceable by `overrides` (a config's sizes:, the API's sizes=) without editing the file;
+    size_error(name, message) makes the error for an override the model does not declare."""
+    sizes = {}
+    for name, n in doc.mapping(node or EMPTY, "sizes").items():
+        names.declare(name, n, "size")
+        sizes[name] = _size(doc.value(n), lambda message, n=n: doc.error(n, f"sizes.{name}: {message}"))
+    for name, value in overrides.items():
+        if name not in sizes:
+            message = f"the model has no size '{name}' (its sizes: {', '.join(sizes) or 'none'})"
+            raise size_error(name, message) if size_error else SpecError(message, doc.path)
+        sizes[name] = value
+    return sizes
+
+
+def _size(value, error):
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ELEMENTS:
+        raise error(f"a size is an integer from 1 to {MAX_ELEMENTS:,}, got {value!r}")
+    return value
+
+
+def load_model_file(path, input_shapes=None, sizes=None):
+    return _model_from_doc(_Doc(path, _read(path)), input_shapes, sizes)
 
 
 # ---- the run config: one function per section ----------------------------------------------------------
 def load_config_file(path):
     doc = _Doc(path, _read(path))
-    allowed = ("adgrad", "model", "params", "input", "output", "compute", "mode", "engine")
+    allowed = ("adgrad", "model", "sizes", "params", "input", "output", "compute", "mode", "engine")
     top = doc.mapping(doc.root, "config", allowed=allowed, required=("model",))
     _check_version(doc, top, "config")
     base_dir = os.path.dirname(os.path.abspath(path))
     locs = {k: doc.loc(n) for k, n in top.items()}
-    model = _config_model(doc, top["model"], base_dir)
+    model = _config_model(doc, top["model"], base_dir, top.get("sizes"))
     return Config(path, doc.text, model,
                   params=_overrides(doc, top.get("params"), model, base_dir),
                   input=_input_section(doc, top.get("input"), model, base_dir, locs),
@@ -606,10 +641,18 @@ def _relative(base_dir, p):
     return os.path.normpath(os.path.join(base_dir, str(p)))
 
 
-def _config_model(doc, node, base_dir):
+def _config_model(doc, node, base_dir, sizes_node):
+    """The config's model, with the config's sizes: (each a size the model declares) in place of its own."""
+    sizes, nodes = {}, doc.mapping(sizes_node or EMPTY, "sizes")
+    for name, n in nodes.items():
+        sizes[name] = _size(doc.value(n), lambda message, n=n: doc.error(n, f"sizes.{name}: {message}"))
+    size_error = lambda name, message: doc.error(nodes[name], f"sizes.{name}: {message}")  # noqa: E731
     if isinstance(node, yaml.MappingNode):
-        return _model_from_doc(_ModelInline(doc, node))
-    return load_model_file(_relative(base_dir, doc.value(node)))
+        model_doc = _ModelInline(doc, node)
+    else:
+        path = _relative(base_dir, doc.value(node))
+        model_doc = _Doc(path, _read(path))
+    return _model_from_doc(model_doc, sizes=sizes, size_error=size_error)
 
 
 def _overrides(doc, node, model, base_dir):

@@ -11,7 +11,8 @@ from adgrad.cli.main import cli
 from adgrad.engine import load_model
 from adgrad.engine.errors import SpecError
 from adgrad.engine.spec import (ComputeSection, DerivativeRequest, EngineSection, InputSection, Loc,
-                                OutputSection, as_request, derivative_name, load_config_file)
+                                OutputSection, as_request, derivative_name, load_config_file,
+                                load_model_file)
 
 MODEL = """\
 adgrad: 1
@@ -91,4 +92,74 @@ def test_param_shape_must_be_a_shape(tmp_path):
     path = write_param_model(tmp_path, "abc")
     result = CliRunner().invoke(cli, ["check", str(path)])
     assert result.exit_code == 2
-    assert "params.W.shape: a shape is a list of positive integers, got 'abc'" in result.stderr
+    assert "params.W.shape: 'abc' is not a size of the model (declare it under sizes:" in result.stderr
+    path = write_param_model(tmp_path, "[2, 0]")
+    result = CliRunner().invoke(cli, ["check", str(path)])
+    assert result.exit_code == 2
+    assert "params.W.shape: a shape is a list of positive integers or sizes, got [2, 0]" in result.stderr
+
+
+# ---- named sizes: a neighbour count chosen at run time ------------------------------------------------
+
+SIZED = """\
+adgrad: 1
+name: sized
+sizes:
+  N: 4
+inputs:
+  R: [N, 3]
+  w: N
+outputs:
+  E: sum(w * sum(R**2, axis=1))
+"""
+
+
+def test_sizes_set_shapes_and_are_replaced_by_the_api_and_the_config(tmp_path):
+    from adgrad.engine import compile_model, load_model
+    (tmp_path / "m.yaml").write_text(SIZED)
+    assert load_model(tmp_path / "m.yaml").spec.inputs["R"].shape == (4, 3)
+    for n in (4, 7):
+        model = load_model(tmp_path / "m.yaml", sizes={"N": n})
+        assert model.spec.inputs["R"].shape == (n, 3) and model.spec.inputs["w"].shape == (n,)
+        k = compile_model(model, derivatives=[("E", "R")])
+        R, w = np.random.default_rng(n).random((5, n, 3)), np.random.default_rng(n + 1).random((5, n))
+        out = k.evaluate({"R": R, "w": w})
+        np.testing.assert_allclose(out["dE_dR"], 2 * w[..., None] * R, rtol=1e-14)
+    (tmp_path / "c.yaml").write_text("adgrad: 1\nmodel: m.yaml\nsizes: {N: 9}\n")
+    assert load_config_file(str(tmp_path / "c.yaml")).model.inputs["R"].shape == (9, 3)
+
+
+@pytest.mark.parametrize("text, where, phrase", [
+    (SIZED.replace("[N, 3]", "[M, 3]"), (6, 6), "'M' is not a size of the model (declare it under sizes:; its "
+                                                "sizes: N)"),
+    (SIZED.replace("N: 4", "N: 0"), (4, 6), "sizes.N: a size is an integer from 1"),
+    (SIZED.replace("N: 4", "N: four"), (4, 6), "sizes.N: a size is an integer from 1"),
+    (SIZED.replace("N: 4", "R: 4"), (6, 6), "input 'R' is already defined as size"),
+])
+def test_bad_sizes_in_a_model(tmp_path, text, where, phrase):
+    (tmp_path / "m.yaml").write_text(text)
+    with pytest.raises(SpecError) as exc:
+        load_model_file(str(tmp_path / "m.yaml"))
+    assert phrase in str(exc.value) and (exc.value.line, exc.value.col) == where, (str(exc.value), exc.value.line,
+                                                                                  exc.value.col)
+
+
+@pytest.mark.parametrize("sizes, where, phrase", [
+    ("{M: 9}", (3, 12), "sizes.M: the model has no size 'M' (its sizes: N)"),
+    ("{N: -1}", (3, 12), "sizes.N: a size is an integer from 1"),
+    ("[9]", (3, 8), "sizes"),
+])
+def test_bad_sizes_in_a_config(tmp_path, sizes, where, phrase):
+    (tmp_path / "m.yaml").write_text(SIZED)
+    (tmp_path / "c.yaml").write_text(f"adgrad: 1\nmodel: m.yaml\nsizes: {sizes}\n")
+    with pytest.raises(SpecError) as exc:
+        load_config_file(str(tmp_path / "c.yaml"))
+    assert phrase in str(exc.value) and str(exc.value.path).endswith("c.yaml"), str(exc.value)
+    assert (exc.value.line, exc.value.col) == where, (exc.value.line, exc.value.col)
+
+
+def test_an_api_size_the_model_does_not_declare(tmp_path):
+    from adgrad.engine import load_model
+    (tmp_path / "m.yaml").write_text(SIZED)
+    with pytest.raises(SpecError, match="the model has no size 'K' \\(its sizes: N\\)"):
+        load_model(tmp_path / "m.yaml", sizes={"K": 3})
