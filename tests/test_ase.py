@@ -129,8 +129,8 @@ def test_binary_alloy_equals_lammps_and_its_stress_the_numerical_one(cuni):
     assert np.abs(atoms.get_potential_energies() - e_ref).max() <= 1e-10 * np.abs(e_ref).max()
     assert np.abs(atoms.get_forces() - f_ref).max() <= 1e-10 * np.abs(f_ref).max()
     assert atoms.get_potential_energy() == pytest.approx(pe, rel=1e-12)
-    small = atoms[:32].copy()                           # 2^3 cells of the same random alloy, sheared
-    small.set_cell(np.eye(3) * 3.56 * 2 @ (np.eye(3) + np.asarray(SHEAR)), scale_atoms=False)
+    small = alloy(reps=2, seed=8)[0]                    # 32 atoms, sheared
+    small.set_cell(small.cell.array @ (np.eye(3) + np.asarray(SHEAR)), scale_atoms=True)
     small.calc = cuni
     np.testing.assert_allclose(small.get_stress(), calculate_numerical_stress(small, eps=1e-6), rtol=1e-6, atol=1e-9)
     with pytest.raises(ValueError, match="no species index for Ag"):
