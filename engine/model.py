@@ -175,7 +175,7 @@ def build(spec: Model) -> LoadedModel:
         v = lw.lower(expr, env)
         want = g.outputs[of].shape + env[wrt].shape
         if v.shape != want:
-            if np.broadcast_shapes(v.shape, want) != want:
+            if not _broadcasts_to(v.shape, want):
                 raise expr.error(f"the derivative of {of} (shape {g.outputs[of].shape}) with respect to {wrt} "
                                  f"(shape {env[wrt].shape}) has shape {want}, but this expression has shape {v.shape}")
             with b.active():
@@ -218,3 +218,11 @@ def _split_derivative_name(expr, name, spec):
     raise SpecError(f"derivatives: '{name}' must be named d<output>_d<input or param>, "
                     f"e.g. d{next(iter(spec.outputs))}_d{next(iter(spec.inputs), 'x')}",
                     expr.path, expr.line, max(1, expr.col - len(name) - 2))
+
+
+def _broadcasts_to(shape, target):
+    """Whether numpy broadcasts `shape` to `target` (np.broadcast_shapes raises where neither fits)."""
+    try:
+        return np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False

@@ -230,6 +230,10 @@ class _Doc:
             mark = exc.problem_mark or exc.context_mark
             raise SpecError(f"malformed YAML: {exc.problem or exc.context}", path,
                             mark.line + 1 if mark else None, mark.column + 1 if mark else None) from None
+        except yaml.reader.ReaderError as exc:         # a NUL or control character: no mark, a position
+            line = text.count("\n", 0, exc.position) + 1
+            col = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+            raise SpecError(f"malformed YAML: {exc.reason} (character {exc.character!r})", path, line, col) from None
         if self.root is None:
             raise SpecError("the file is empty", path, 1, 1)
         _check_expansion(self, self.root)
@@ -243,8 +247,8 @@ class _Doc:
     def value(self, node):
         try:
             return SafeConstructor().construct_object(node, deep=True)
-        except yaml.YAMLError as exc:
-            raise self.error(node, f"cannot read value: {exc}") from None
+        except yaml.YAMLError as exc:      # e.g. a !!python/... tag, which the safe loader refuses
+            raise self.error(node, f"cannot read value: {getattr(exc, 'problem', None) or exc}") from None
 
     def mapping(self, node, where, allowed=None, required=()):
         """The entries of a mapping node as {key: value node}, checking key names."""
@@ -338,6 +342,11 @@ def _read(path):
             return f.read()
     except OSError as exc:
         raise SpecError(f"cannot read file: {exc.strerror}", path) from None
+    except UnicodeDecodeError as exc:
+        data = open(path, "rb").read()
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise SpecError(f"the file is not UTF-8 text (byte 0x{data[exc.start]:02x})", path, line, col) from None
 
 
 def _check_version(doc, entries, where):
@@ -637,6 +646,14 @@ def load_config_file(path):
                   loc=locs)
 
 
+def _path(doc, node, where):
+    """A file path: a string (or a number, which YAML reads as one: `2024`), not null, empty or a list."""
+    value = doc.value(node)
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not str(value).strip():
+        raise doc.error(node, f"{where}: a path is a string, got {value!r}")
+    return str(value)
+
+
 def _relative(base_dir, p):
     return os.path.normpath(os.path.join(base_dir, str(p)))
 
@@ -650,7 +667,7 @@ def _config_model(doc, node, base_dir, sizes_node):
     if isinstance(node, yaml.MappingNode):
         model_doc = _ModelInline(doc, node)
     else:
-        path = _relative(base_dir, doc.value(node))
+        path = _relative(base_dir, _path(doc, node, "model"))
         model_doc = _Doc(path, _read(path))
     return _model_from_doc(model_doc, sizes=sizes, size_error=size_error)
 
@@ -676,14 +693,14 @@ def _input_section(doc, node, model, base_dir, locs):
             raise doc.error(n, f"input.datasets: '{name}' is not an input of model '{model.name}'")
         datasets[name] = str(doc.value(n))
         locs[f"input.datasets.{name}"] = doc.loc(n)
-    return InputSection(_relative(base_dir, doc.value(e["path"])), datasets)
+    return InputSection(_relative(base_dir, _path(doc, e["path"], "input.path")), datasets)
 
 
 def _output_section(doc, node, base_dir):
     if node is None:
         return OutputSection()
     e, default = doc.mapping(node, "output", allowed=("path", "dtype", "compression")), OutputSection()
-    path = _relative(base_dir, doc.value(e["path"])) if "path" in e else default.path
+    path = _relative(base_dir, _path(doc, e["path"], "output.path")) if "path" in e else default.path
     dtype = str(doc.value(e["dtype"])) if "dtype" in e else default.dtype
     if dtype not in ("float64", "float32"):
         raise doc.error(e["dtype"], f"output.dtype: '{dtype}' is not float64 or float32")
@@ -724,7 +741,7 @@ def _engine_section(doc, node):
         return EngineSection()
     e, default = doc.mapping(node, "engine", allowed=("threads", "chunk", "nan", "math", "memory")), EngineSection()
     threads = doc.value(e["threads"]) if "threads" in e else default.threads
-    if not isinstance(threads, int) or threads < 0:
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
         raise doc.error(e["threads"], "engine.threads must be a non-negative integer (0 = all cores)")
     chunk = doc.value(e["chunk"]) if "chunk" in e else default.chunk
     if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or not 1 <= chunk <= MAX_CHUNK):

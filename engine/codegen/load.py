@@ -17,6 +17,7 @@ import json
 import os
 import sys
 
+from ..errors import DataError, os_reason
 from ..ir.op import OPS
 
 HEADER = '''\
@@ -86,9 +87,18 @@ CHECK_DOC = '''
 
 
 def cache_dir():
+    """The compile cache: $ADGRAD_CACHE_DIR, else $XDG_CACHE_HOME/adgrad or ~/.cache/adgrad; made if
+    missing. One that is not a writable directory is bad input (exit 2), named with its variable."""
+    var = "ADGRAD_CACHE_DIR" if os.environ.get("ADGRAD_CACHE_DIR") else "the compile cache"
     d = os.environ.get("ADGRAD_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "adgrad")
-    os.makedirs(d, exist_ok=True)
+    try:
+        os.makedirs(d, exist_ok=True)
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise DataError(f"{var} {d}: cannot keep compiled kernels there ({os_reason(exc)}); point "
+                        f"ADGRAD_CACHE_DIR at a writable directory") from None
     return d
 
 
