@@ -2,7 +2,7 @@
 engine never imports click, and no function in engine/ is longer than about 60 lines without saying
 why (a comment starting with `# long:` in its first lines).
 
-    cli -> api -> (job | tools) -> (storage | compile) -> kernel -> codegen -> model -> (opt | ad) -> ir
+    (cli | adapters) -> api -> (job | tools) -> (storage | compile) -> kernel -> codegen -> model -> (opt | ad) -> ir
         -> spec -> numeric -> errors
 
 A module may import from its own layer and from layers below it; layers side by side (job and tools,
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # top to bottom; a tuple is layers side by side. Each layer: its name and the modules (prefixes) in it.
 LAYERS = [
-    [("cli", ["cli"])],
+    [("cli", ["cli"]), ("adapters", ["adapters"])],
     [("api", ["engine.api", "engine"])],
     [("job", ["engine.job"]), ("tools", ["engine.tools"])],
     [("storage", ["engine.store"]), ("compile", ["engine.compile"])],
@@ -33,6 +33,7 @@ LAYERS = [
     [("numeric", ["engine.numeric"])],
     [("errors", ["engine.errors", "engine.version", "engine.limits"])],
 ]
+ADAPTERS = ("ase", "felupe")       # packages adgrad.<name> in adapters/<name> (pyproject.toml)
 RANK = {name: rank for rank, row in enumerate(LAYERS) for name, _ in row}
 PREFIXES = sorted(((p, name) for row in LAYERS for name, ps in row for p in ps), key=lambda t: -len(t[0]))
 LONG = 60
@@ -41,7 +42,7 @@ LONG = 60
 def modules():
     """{module name relative to adgrad (e.g. 'engine.ir.core'): path} of every source file."""
     out = {}
-    for top in ("cli", "engine"):
+    for top in ("cli", "engine", "adapters"):
         for path in sorted((ROOT / top).rglob("*.py")):
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             if parts[-1] == "__init__":
@@ -77,7 +78,9 @@ def imports(module, path):
         for name in names:
             if name.startswith("adgrad."):
                 name = name[len("adgrad."):]
-            if name.split(".")[0] in ("cli", "engine") or name == "click":
+                if name.split(".")[0] in ADAPTERS:          # adgrad.ase is adapters/ase
+                    name = "adapters." + name
+            if name.split(".")[0] in ("cli", "engine", "adapters") or name == "click":
                 found.append((node.lineno, name))
     return found
 
