@@ -121,6 +121,18 @@ def test_cu_eam_equals_lammps(cu):
     assert atoms.get_potential_energy() == pytest.approx(pe, rel=1e-12)
 
 
+def test_model_without_named_sizes(cu_model, cu, tmp_path):
+    """A model with literal shapes (R: [78, 3], no sizes:) gets its neighbour slots by input_shapes."""
+    text = re.sub(r"sizes:\n  N: .*\n", "", cu_model.read_text())
+    assert "sizes:" not in text
+    literal = tmp_path / "literal.yaml"
+    literal.write_text(text.replace("[N, 3]", "[78, 3]").replace("[N]", "[78]"))
+    calc = AdgradCalculator(literal, cutoff(cu_model), {"Cu": 0})
+    assert not calc.sized
+    atoms = copper(seed=9)
+    np.testing.assert_array_equal(calc.get_forces(atoms), cu.get_forces(atoms))
+
+
 def test_binary_alloy_equals_lammps_and_its_stress_the_numerical_one(cuni):
     atoms, types = alloy()
     e_ref, f_ref, pe = lo.run(atoms.positions, atoms.cell.array, types, "eam/alloy",

@@ -28,7 +28,9 @@ class AdgradCalculator(Calculator):
 
     model: path of a model file whose inputs are R (N, 3) (neighbour vectors x_j - x_i, zero rows
     pad), valid (N,) (1 for a real neighbour), and optionally s () and sn (N,) (the species of the
-    atom and of each neighbour), as configs/cu_eam_model.yaml; N is chosen here, at run time.
+    atom and of each neighbour), as configs/cu_eam_model.yaml; N is chosen here, at run time (the
+    model's size N if it declares one, `sizes: {N: ...}`, so params shaped by N follow; else the first
+    axis of R, valid and sn).
     cutoff: neighbours are the atoms (periodic images included) closer than this, in A.
     species: chemical symbol -> species index (required when the model reads s or sn); an atom of
     another element is an error.
@@ -45,7 +47,8 @@ class AdgradCalculator(Calculator):
         super().__init__(**kwargs)
         self.path = os.fspath(model)
         self.cutoff, self.skin, self.energy = float(cutoff), float(skin), energy
-        self.inputs = tuple(load_model(self.path).graph.inputs)
+        declared = load_model(self.path)
+        self.inputs, self.sized = tuple(declared.graph.inputs), "N" in declared.spec.sizes
         if not {"R", "valid"} <= set(self.inputs) <= {"R", "valid", "s", "sn"}:
             raise ValueError(f"{self.path}: a site-energy model has inputs R, valid and optionally s, sn; "
                              f"this one has {', '.join(self.inputs)}")
@@ -111,8 +114,11 @@ class AdgradCalculator(Calculator):
 
     def _compile(self, width):
         """Compile E and dE/dR for `width` neighbour slots (a cached kernel if adgrad compiled it before)."""
-        shapes = {"R": [width, 3], "valid": [width], "sn": [width]}
-        model = load_model(self.path, input_shapes={n: shapes[n] for n in self.inputs if n in shapes})
+        if self.sized:
+            model = load_model(self.path, sizes={"N": width})
+        else:
+            shapes = {"R": [width, 3], "valid": [width], "sn": [width]}
+            model = load_model(self.path, input_shapes={n: shapes[n] for n in self.inputs if n in shapes})
         self.kernel = compile_model(model, derivatives=[(self.energy, "R")], values=[self.energy])
         self.width = width
         self._allocate(len(self.atoms))
