@@ -4,22 +4,34 @@ boundary instead) ends the command with one line and exit 1, never with a traceb
 import signal
 import sys
 
+from adgrad.engine.job.signals import PENDING
+
 
 class Stopped(KeyboardInterrupt):
     """A signal outside a run's chunk loop; its argument is the signal's name."""
 
 
 def _stop(signum, frame):
-    raise Stopped(signal.Signals(signum).name)
+    name = signal.Signals(signum).name
+    PENDING.append(name)        # kept, in case Python drops the exception (see engine/job/signals.py)
+    raise Stopped(name)
+
+
+def _unraisable(hook):
+    """sys.unraisablehook that is silent about a dropped Stopped (noted in PENDING instead)."""
+    return lambda unraisable: None if isinstance(unraisable.exc_value, Stopped) else hook(unraisable)
 
 
 def main():
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, _stop)
+    sys.unraisablehook = _unraisable(sys.unraisablehook)
     try:
         from . import common
         from .main import cli
         common.HARD_EXIT = True
+        if PENDING:             # a signal whose exception an import callback dropped
+            raise Stopped(PENDING[0])
     except KeyboardInterrupt as exc:
         print(f"error: stopped by {exc or 'SIGINT'} while starting; nothing was written", file=sys.stderr)
         sys.exit(1)

@@ -184,6 +184,17 @@ def test_resume_in_process_after_stop(job, tmp_path, signum):
     assert_same_file(out, ref)
 
 
+def test_a_signal_noted_before_the_run_stops_it(job, tmp_path, monkeypatch):
+    """A signal whose exception Python dropped (raised in an import callback) is still honoured: the
+    entry point noted it, and the run stops before writing anything."""
+    from adgrad.engine.job import signals
+    monkeypatch.setattr(signals, "PENDING", ["SIGTERM"])
+    cfg, _ = job
+    with pytest.raises(Interrupted, match="stopped by SIGTERM before the run started; nothing was written"):
+        run_job(load_config_file(str(cfg)), output=str(tmp_path / "out.h5"))
+    assert not (tmp_path / "out.h5").exists()
+
+
 def test_resume_with_two_chunks_left(tmp_path):
     """Stopped at once, a run of 4 chunks keeps the 2 already started; the resume computes the last
     2 (fewer than the 3 slots, from chunk 2 on) and equals a run that was never stopped."""

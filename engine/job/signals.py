@@ -13,9 +13,15 @@ class Interrupted(JobError):
     """The job stopped at a chunk boundary on SIGTERM or Ctrl-C; the file can be resumed."""
 
 
+# Signals the console entry point (cli/entry.py) received before a run installed its own handlers.
+# Its handler raises, and Python drops an exception raised where it cannot propagate (in a callback
+# of the import machinery, say); noting the signal here first means a run still stops for it.
+PENDING = []
+
+
 class StopRequests:
     def __init__(self):
-        self.signal = None      # name of the first signal received
+        self.signal = PENDING[0] if PENDING else None      # name of the first signal received
 
     def __call__(self):
         return self.signal is not None
