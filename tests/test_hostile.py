@@ -427,7 +427,7 @@ ROWS = [
     row("info: adgrad_version and nothing else", "info {t}/x.h5", 2, "not a well-formed adgrad file", "{t}/x.h5: ",
         adgrad_version_only),
     # ---- the environment --------------------------------------------------------------------------------------
-    row("SLURM_ARRAY_TASK_COUNT=0", RUN, 2, "SLURM array task 0 (min 0, count 0)", "SLURM array task",
+    row("SLURM_ARRAY_TASK_COUNT=0", RUN, 2, "a job array has at least one task", "SLURM_ARRAY_TASK_COUNT=0",
         env={"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "0"}),
     row("SLURM task id abc", RUN, 2, "is not an integer", "SLURM_ARRAY_TASK_ID='abc'",
         env={"SLURM_ARRAY_TASK_ID": "abc", "SLURM_ARRAY_TASK_COUNT": "4"}),

@@ -65,6 +65,9 @@ def from_slurm(environ=os.environ) -> Shard | None:
                         f"step {v.get('SLURM_ARRAY_TASK_STEP', 1)}, {v['SLURM_ARRAY_TASK_COUNT']} tasks): use "
                         f"--array=0-{v['SLURM_ARRAY_TASK_COUNT'] - 1} without a step or a list, or pass --shard I/N")
     task, count = v["SLURM_ARRAY_TASK_ID"], v["SLURM_ARRAY_TASK_COUNT"]
+    if count < 1:
+        raise DataError(f"SLURM_ARRAY_TASK_COUNT={count}: a job array has at least one task (unset it, or pass "
+                        f"--shard I/N)")
     index = task - lo
     if not 0 <= index < count:
         raise DataError(f"SLURM array task {task} (min {lo}, count {count}) is not shard 0..{count - 1}: use a "
