@@ -19,6 +19,7 @@ from ..ir.op import OPS, elements, lanes
 from .dce import dce
 
 MAX_EQNS = 2000          # scalar equations in the result; longer kernels keep their loops
+BUILD_SLACK = 3          # while building, up to 3x that: dead code (a Hessian's unused halves) goes at the end
 MAX_SIZE = 4096          # elements of any one value; larger values are not "small tensors"
 SHORT_LOOP = 32          # loops this short cost more in overhead than in arithmetic
 
@@ -61,7 +62,7 @@ def scalarize(graph: Graph, symmetric=None, limit=MAX_EQNS) -> Graph | None:
     last 2r axes form a symmetric matrix, and entries above the diagonal are read from below it."""
     if any(e.out.size > MAX_SIZE for e in graph.eqns):
         return None
-    b = _ScalarBuilder(Graph(dict(graph.inputs), dict(graph.params), [], {}), limit)
+    b = _ScalarBuilder(Graph(dict(graph.inputs), dict(graph.params), [], {}), BUILD_SLACK * limit)
     env = {}
     try:
         with b.active():
@@ -85,7 +86,8 @@ def scalarize(graph: Graph, symmetric=None, limit=MAX_EQNS) -> Graph | None:
     except _TooLong:
         return None
     b.graph.outputs = outputs
-    return dce(b.graph)
+    scalar = dce(b.graph)
+    return scalar if len(scalar.eqns) <= limit else None
 
 
 def pays_off(graph: Graph, scalar: Graph) -> bool:
