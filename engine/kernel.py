@@ -23,6 +23,7 @@ from .ir.core import Graph
 from .numeric.exactsum import ExactSum
 
 SERIAL_BELOW = 1024         # points: a call on fewer runs serially on the calling thread
+NO_FLAGS = np.empty(0, dtype=np.bool_)      # the drivers' `bad` when no point is to be checked
 
 
 def input_rows(x, size):
@@ -106,12 +107,12 @@ class CompiledKernel:
         m = len(outputs[names[0]]) if names else 0
         if m < self.serial_below:
             workspace = workspace[:1]
-        tail = () if nonfinite is None else (nonfinite,)
+        flags = NO_FLAGS if nonfinite is None else nonfinite
         if all(outputs[n].flags.c_contiguous for n in names):
             rows = [input_rows(inputs[n], v.size) for n, v in self.graph.inputs.items()]
             outs = [outputs[n].reshape(m, max(1, v.size)) for n, v in self.graph.outputs.items()]
-            driver = self.module.batch if nonfinite is None else self.module.batch_checked
-            return self._call(driver, (*rows, *self.param_rows(params), *outs, workspace, *tail), len(workspace) == 1)
+            return self._call(self.module.batch, (*rows, *self.param_rows(params), *outs, workspace, flags),
+                              len(workspace) == 1)
         args, bufs, views = [m], [], []
         for n, v in self.graph.inputs.items():
             size = max(1, v.size)
@@ -123,8 +124,7 @@ class CompiledKernel:
         for n, v in self.graph.outputs.items():
             args += strided(outputs[n], m, max(1, v.size), output=True)
             bufs.append(np.empty((len(workspace), STRIDED_BLOCK, max(1, v.size))))
-        driver = self.module.strided if nonfinite is None else self.module.strided_checked
-        self._call(driver, (*args, workspace, *bufs, *views, *tail), len(workspace) == 1)
+        self._call(self.module.strided, (*args, workspace, *bufs, *views, flags), len(workspace) == 1)
 
     def _call(self, driver, args, serial):
         """driver(*args); serial (one workspace row): on the calling thread alone. numba launches a

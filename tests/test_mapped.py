@@ -186,7 +186,7 @@ def test_run_on_mapped_pieces_equals_run_on_h5py_reads(tmp_path, rng, monkeypatc
     run(tmp_path, "mapped")
     assert len(counts) == 6 and max(counts) > 1
     kernel = prepare(load_config_file(str(tmp_path / "mapped.yaml")))[1]
-    assert len(kernel.module.batch_checked.signatures) == 1     # mapped (read-only) rows: no second compile
+    assert len(kernel.module.batch.signatures) == 1     # mapped (read-only) rows: no second compile
     monkeypatch.setattr(mapped.MappedRows, "usable", property(lambda self: False))
     run(tmp_path, "read")
     with h5py.File(tmp_path / "mapped.h5", "r") as a, h5py.File(tmp_path / "read.h5", "r") as b:

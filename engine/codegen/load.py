@@ -34,12 +34,13 @@ HELPERS = tuple(dict.fromkeys([h for op in OPS.values() for h in op.helpers] + [
 DRIVER = '''
 
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def {name}({rows}, ws{extra}):
+def {name}({rows}, ws, bad):
     """Rows [0, m) of every array. Each worker (one workspace row each) takes the next block of rows
     from a shared counter until none is left, so a worker slowed by another thread on its core (the
     job's I/O, another process) does less of the work instead of holding the others up.{doc}"""
     n_workers = ws.shape[0]
     m = {first}.shape[0]
+    check = bad.shape[0] > 0
     block = max(16, m // (64 * n_workers))
     next_row = np.empty(1, np.int64)
     next_row[0] = 0
@@ -58,7 +59,7 @@ STRIDED_BLOCK = 32     # rows per gather/compute/scatter step: row buffers of a 
 STRIDED = '''
 
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def {name}(m, {sargs}, ws, {bufs}{extra}):
+def {name}(m, {sargs}, ws, {bufs}, bad):
     """As batch, for per-point arrays in any layout whose entries of a point are equally spaced
     (e.g. a caller's array with the point axis last). Each worker w moves blocks of {block} rows through
     row buffers of its own, b_<array>[w] (and r_<input>[w], a read-only view of b_<input>[w], so that
@@ -66,6 +67,7 @@ def {name}(m, {sargs}, ws, {bufs}{extra}):
     point per row, scatter the results; no array of the whole size is copied.{doc}"""
     n_workers = ws.shape[0]
     block = {block} * max(1, m // (64 * {block} * n_workers))
+    check = bad.shape[0] > 0
     next_row = np.empty(1, np.int64)
     next_row[0] = 0
     for w in prange(n_workers):
@@ -81,8 +83,10 @@ def {name}(m, {sargs}, ws, {bufs}{extra}):
             lo = __fetch_add(next_row, block)
 '''
 CHECK_DOC = '''
-    bad[i]: whether row i of an input or a result holds a NaN or an infinity, checked while the
-    row is still in cache (a separate pass over the chunk would read it all from memory again).'''
+    bad: empty, or bad[i] is set to whether row i of an input or a result holds a NaN or an infinity,
+    checked while the row is still in cache (a separate pass over the chunk would read it all from
+    memory again). One driver for both, so a process that checks and one that does not (a run and
+    the API) share one compiled driver in the cache.'''
 
 
 
@@ -118,15 +122,13 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point, 
     first = next(a for a, pp in zip(point_args, per_point) if pp)
     checks = " or ".join(f"__nonfinite({a}[i])" for a, pp in zip(point_args, per_point) if pp)
     common = dict(rows=", ".join(rows), first=first, row_args=row_args)
-    src += DRIVER.format(name="batch", extra="", doc="", check="", **common)
-    check = f"\n                bad[i] = {checks}"
-    src += DRIVER.format(name="batch_checked", extra=", bad", doc=CHECK_DOC, check=check, **common)
+    check = f"\n                if check:\n                    bad[i] = {checks}"
+    src += DRIVER.format(name="batch", doc=CHECK_DOC, check=check, **common)
     src += _strided("strided", point_args, per_point)
-    src += _strided("strided_checked", point_args, per_point, check=True)
     return src
 
 
-def _strided(name, point_args, per_point, check=False):
+def _strided(name, point_args, per_point):
     """The strided driver (STRIDED): results are the arguments named out_* (the Emitter's names),
     gathered inputs the other per-point ones."""
     arrays = [a for a, pp in zip(point_args, per_point) if pp]
@@ -145,9 +147,8 @@ def _strided(name, point_args, per_point, check=False):
     return STRIDED.format(name=name, sargs=sargs, bufs=bufs, buf_args=buf_args, block=STRIDED_BLOCK,
                           gather="\n".join(move(a) for a in ins) or " " * 16 + "pass",
                           scatter="\n".join(move(a) for a in arrays if a not in ins) or " " * 16 + "pass",
-                          doc=CHECK_DOC.replace("bad[i]: whether row i", "bad[s + b]: whether row s + b") * check,
-                          extra=", bad" if check else "",
-                          check=f"\n{' ' * 20}bad[s + b] = {checks}" if check else "")
+                          doc=CHECK_DOC.replace("bad[i] is set to whether row i", "bad[s + b] to whether row s + b"),
+                          check=f"\n{' ' * 20}if check:\n{' ' * 24}bad[s + b] = {checks}")
 
 
 def load(source):

@@ -60,9 +60,6 @@ def prepare(config: Config):
     t0 = time.perf_counter()
     kernel = compile_model(model, config.compute.derivatives, mode=config.mode, values=list(config.compute.values),
                            math=config.engine.math)
-    # the run calls the driver that also flags non-finite points: compile (or load) it now
-    kernel.evaluate({n: np.empty((0,) + v.shape) for n, v in kernel.graph.inputs.items()},
-                    nonfinite=np.empty(0, dtype=np.bool_))
     return model, kernel, time.perf_counter() - t0
 
 
