@@ -477,66 +477,40 @@ def test_verbose_reports_phases_and_threading_layer(job, tmp_path):
 
 # ---- bounded memory ---------------------------------------------------------------------------------
 
-WIDE = """\
-adgrad: 1
-inputs:
-  x: {shape: [32]}
-outputs:
-  E: sum(exp(-x))
-"""
-
-
 # `adgrad` that reports its peak RSS as it exits. (A child's ru_maxrss from wait4 is no good: Linux
 # carries the parent's peak over into it when the child execs.)
 PEAK_RSS = ("import atexit, sys; from adgrad.cli.main import cli; atexit.register(lambda: sys.stderr.write("
             "next(line for line in open('/proc/self/status') if line.startswith('VmHWM')))); cli()")
 
 
-def peak_rss_mib(d: Path, m):
-    """Peak resident memory of `adgrad run` over m points of 32 inputs (value and gradient), chunk 4096."""
+def peak_rss_mib(d: Path, m, width=32, engine="engine: {chunk: 4096}\n", *options):
+    """Peak resident memory of `adgrad run OPTIONS` over m points of `width` inputs (value and
+    gradient of sum(exp(-x))), and the chunk it chose."""
     d.mkdir()
-    (d / "model.yaml").write_text(WIDE)
+    (d / "model.yaml").write_text(f"adgrad: 1\ninputs:\n  x: {{shape: [{width}]}}\noutputs:\n  E: sum(exp(-x))\n")
     (d / "cfg.yaml").write_text("adgrad: 1\nmodel: model.yaml\ninput: {path: in.h5}\noutput: {path: out.h5}\n"
-                                "compute: {derivatives: [{of: E, wrt: x}]}\nengine: {chunk: 4096}\n")
+                                "compute: {derivatives: [{of: E, wrt: x}]}\n" + engine)
     with h5py.File(d / "in.h5", "w") as f:
-        f.create_dataset("x", shape=(m, 32), dtype="f8", fillvalue=0.5)
-    result = subprocess.run([sys.executable, "-c", PEAK_RSS, "run", str(d / "cfg.yaml"), "-q"],
+        f.create_dataset("x", shape=(m, width), dtype="f8", fillvalue=0.5)
+    result = subprocess.run([sys.executable, "-c", PEAK_RSS, "run", str(d / "cfg.yaml"), "-q", *options],
                             capture_output=True, text=True, check=True)
-    return int(result.stderr.split()[-2]) / 1024
+    with h5py.File(d / "out.h5", "r") as f:
+        assert f.attrs["complete"] and f["dE_dx"].shape == (m, width)
+        chunk = int(f.attrs["chunk"])
+    return int(result.stderr.split()[-2]) / 1024, chunk
 
 
 def test_peak_memory_does_not_grow_with_points(tmp_path):
     peak_rss_mib(tmp_path / "warm", 10)                 # compile into the cache first
-    small, large = peak_rss_mib(tmp_path / "small", 25_000), peak_rss_mib(tmp_path / "large", 250_000)
+    (small, _), (large, _) = peak_rss_mib(tmp_path / "small", 25_000), peak_rss_mib(tmp_path / "large", 250_000)
     # 250,000 points hold 64 MB of input and 66 MB of results, which a run holding the file would
     # add; a streaming run's peak is the same within a few MB (measured: 0.1 MB apart)
     assert large - small < 8, f"peak RSS grew by {large - small:.1f} MiB from 25,000 to 250,000 points"
 
 
-WIDER = """\
-adgrad: 1
-inputs:
-  x: {shape: [1000]}
-outputs:
-  E: sum(exp(-x))
-"""
-
-
 def peak_rss_budget_mib(d: Path, m, memory):
-    """Peak resident memory of `adgrad run --memory MEMORY` over m points of 1000 inputs (value and
-    gradient: 8 KB in and 8 KB out per point, 48 KB with three chunks in flight), no engine.chunk."""
-    d.mkdir()
-    (d / "model.yaml").write_text(WIDER)
-    (d / "cfg.yaml").write_text("adgrad: 1\nmodel: model.yaml\ninput: {path: in.h5}\noutput: {path: out.h5}\n"
-                                "compute: {derivatives: [{of: E, wrt: x}]}\n")
-    with h5py.File(d / "in.h5", "w") as f:
-        f.create_dataset("x", shape=(m, 1000), dtype="f8", fillvalue=0.5)
-    result = subprocess.run([sys.executable, "-c", PEAK_RSS, "run", str(d / "cfg.yaml"), "-q", "--memory", memory],
-                            capture_output=True, text=True, check=True)
-    with h5py.File(d / "out.h5", "r") as f:
-        assert f.attrs["complete"] and f["dE_dx"].shape == (m, 1000)
-        chunk = int(f.attrs["chunk"])
-    return int(result.stderr.split()[-2]) / 1024, chunk
+    """Peak RSS and chunk of a run over points of 1000 inputs (8 KB in, 8 KB out) without engine.chunk."""
+    return peak_rss_mib(d, m, 1000, "", "--memory", memory)
 
 
 def test_the_chunk_follows_the_memory_budget(tmp_path):

@@ -29,8 +29,21 @@ from numba import njit, prange
 # the numeric helpers the ops' lowerings call, and the batch drivers' own
 HELPERS = tuple(dict.fromkeys([h for op in OPS.values() for h in op.helpers] + ["nonfinite", "fetch_add"]))
 
-# The shared row counter is np.empty and a store, not np.zeros: in a parallel function np.zeros is a
-# parfor of its own, which costs 0.3-0.4 s more of cold compile per driver.
+# Both drivers hand out blocks of rows from this loop: each worker (one workspace row each) takes the
+# next block from a shared counter until none is left. The counter is np.empty and a store, not
+# np.zeros: in a parallel function np.zeros is a parfor of its own, which costs 0.3-0.4 s more of
+# cold compile per driver.
+WORKERS = '''
+    check = bad.shape[0] > 0
+    next_row = np.empty(1, np.int64)
+    next_row[0] = 0
+    for w in prange(n_workers):
+        work = ws[w]
+        lo = __fetch_add(next_row, block)
+        while lo < m:
+{body}
+            lo = __fetch_add(next_row, block)
+'''
 DRIVER = '''
 
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")
@@ -40,18 +53,9 @@ def {name}({rows}, ws, bad):
     job's I/O, another process) does less of the work instead of holding the others up.{doc}"""
     n_workers = ws.shape[0]
     m = {first}.shape[0]
-    check = bad.shape[0] > 0
-    block = max(16, m // (64 * n_workers))
-    next_row = np.empty(1, np.int64)
-    next_row[0] = 0
-    for w in prange(n_workers):
-        work = ws[w]
-        lo = __fetch_add(next_row, block)
-        while lo < m:
+    block = max(16, m // (64 * n_workers))''' + WORKERS.replace("{body}", '''\
             for i in range(lo, min(m, lo + block)):
-                point({row_args}, work){check}
-            lo = __fetch_add(next_row, block)
-'''
+                point({row_args}, work){check}''')
 # The strided drivers take each per-point array a as (a, a_n, a_sk, a_si): a flat float64 view of its
 # memory from its first entry, the entries per point, and the element strides between a point's
 # entries and between points: entry k of point i is a[k * a_sk + i * a_si] (kernel.py's `strided`).
@@ -66,22 +70,13 @@ def {name}(m, {sargs}, ws, {bufs}, bad):
     `point` is called with the argument types batch calls it with): gather the inputs' entries, call
     point per row, scatter the results; no array of the whole size is copied.{doc}"""
     n_workers = ws.shape[0]
-    block = {block} * max(1, m // (64 * {block} * n_workers))
-    check = bad.shape[0] > 0
-    next_row = np.empty(1, np.int64)
-    next_row[0] = 0
-    for w in prange(n_workers):
-        work = ws[w]
-        lo = __fetch_add(next_row, block)
-        while lo < m:
+    block = {block} * max(1, m // (64 * {block} * n_workers))''' + WORKERS.replace("{body}", '''\
             for s in range(lo, min(m, lo + block), {block}):
                 n = min(m, s + {block}) - s
 {gather}
                 for b in range(n):
                     point({buf_args}, work){check}
-{scatter}
-            lo = __fetch_add(next_row, block)
-'''
+{scatter}''')
 CHECK_DOC = '''
     bad: empty, or bad[i] is set to whether row i of an input or a result holds a NaN or an infinity,
     checked while the row is still in cache (a separate pass over the chunk would read it all from
