@@ -115,7 +115,7 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point, 
     rows = [f"{a}" for a in point_args]
     row_args = ", ".join(f"{a}[i]" if pp else a for a, pp in zip(point_args, per_point))
     first = next(a for a, pp in zip(point_args, per_point) if pp)
-    checks = " or ".join(f"__nonfinite({a}[i])" for a, pp in zip(point_args, per_point) if pp)
+    checks = " | ".join(f"__nonfinite({a}[i])" for a, pp in zip(point_args, per_point) if pp)
     common = dict(rows=", ".join(rows), first=first, row_args=row_args)
     check = f"\n                if check:\n                    bad[i] = {checks}"
     src += DRIVER.format(name="batch", doc=CHECK_DOC, check=check, **common)
@@ -138,7 +138,7 @@ def _strided(name, point_args, per_point):
         buf, arr = f"b_{a}[w, b, k]", f"{a}[k * {a}_sk + (s + b) * {a}_si]"
         dst, src = (buf, arr) if a in ins else (arr, buf)
         return f"{' ' * 16}for k in range({a}_n):\n{' ' * 20}for b in range(n):\n{' ' * 24}{dst} = {src}"
-    checks = " or ".join(f"__nonfinite({'r' if a in ins else 'b'}_{a}[w, b])" for a in arrays)
+    checks = " | ".join(f"__nonfinite({'r' if a in ins else 'b'}_{a}[w, b])" for a in arrays)
     return STRIDED.format(name=name, sargs=sargs, bufs=bufs, buf_args=buf_args, block=STRIDED_BLOCK,
                           gather="\n".join(move(a) for a in ins) or " " * 16 + "pass",
                           scatter="\n".join(move(a) for a in arrays if a not in ins) or " " * 16 + "pass",

@@ -56,9 +56,11 @@ def _all_ones(bits, mask):
     return top == mask
 
 
-@njit(inline="always")
+@njit(nogil=True, cache=True)
 def nonfinite(row):
-    """Whether a contiguous float64 row holds a NaN or an infinity."""
+    """Whether a contiguous float64 row holds a NaN or an infinity. Not inlined into numba's IR: the
+    drivers call it once per per-point array, and inlined copies made a kernel of many results take
+    minutes to compile (LLVM still inlines the compiled function where it pays)."""
     return _all_ones(row.view(np.int64), EXPONENT)
 
 
