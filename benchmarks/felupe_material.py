@@ -37,6 +37,7 @@ import numpy as np
 
 from _harness import SPREAD_NOTE, check_error, environment, start, time_calls
 from adgrad.engine import compile_model, load_model
+from adgrad.engine.kernel import NO_FLAGS
 from adgrad.felupe import Material, trailing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +126,7 @@ def overhead_table(kernel, threads):
         ws = kernel.workspace(workers)
         F_rows = np.ascontiguousarray(F.reshape(m, 9))
         F_rows.flags.writeable = False
-        args = (F_rows, *kernel.param_rows(), *[out[n].reshape(m, -1) for n in kernel.graph.outputs], ws)
+        args = (F_rows, *kernel.param_rows(), *[out[n].reshape(m, -1) for n in kernel.graph.outputs], ws, NO_FLAGS)
         numba.set_num_threads(workers)
         try:
             compute = median_call(lambda: kernel.module.batch(*args))
