@@ -1,5 +1,7 @@
-"""MD step benchmark: adgrad's ASE calculator (adgrad.ase.AdgradCalculator on the shipped copper model)
-against ASE's EMT and matscipy's EAM calculator, in ms per step.
+"""adgrad in simulation loops: ms per MD step of adgrad's ASE calculator (adgrad.ase.AdgradCalculator on
+the shipped copper model) against ASE's EMT and matscipy's EAM calculator, then seconds per felupe
+material evaluation at 512k points against felupe's own (benchmarks/felupe_material.py, also run alone;
+--md-only skips it).
 
 A step is what an MD integrator asks of a calculator: new positions, then get_forces() and get_stress(),
 the neighbour list included. Every calculator replays the same trajectory of --steps frames (fcc Cu
@@ -104,6 +106,7 @@ def main(argv=None):
     add_timing_options(p)
     p.add_argument("--quick", action="store_true", help="256 atoms only")
     p.add_argument("--steps", type=int, default=20, help="frames per pass (default 20)")
+    p.add_argument("--md-only", action="store_true", help="skip the felupe material benchmark")
     args = p.parse_args(argv)
     numba.set_num_threads(args.threads)
     print_command()
@@ -123,6 +126,11 @@ def main(argv=None):
     for timed, n in results:
         ratio = timed["matscipy EAM"][1] / timed["adgrad, skin 0"][1]
         print(f"target at {n:,} atoms: matscipy EAM / adgrad (same neighbour list) >= 3: {ratio:.2f}")
+    if not args.md_only:
+        import felupe_material
+        print()
+        felupe_material.main(["--threads", str(args.threads), "--repeats", str(args.repeats)] +
+                             (["--quick"] if args.quick else []))
 
 
 if __name__ == "__main__":
