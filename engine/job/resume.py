@@ -65,7 +65,7 @@ def verify_input(out, reader, plan, names, should_stop):
         raise DataError(f"{out.path}: cannot resume: the file's checksums are of the inputs {recorded}, the "
                         f"model's inputs are {list(names)}; pass --overwrite to start again")
     stored = out.digests[:out.done]
-    slot = Slot(reader_shapes(reader, names), {}, plan.chunk)
+    slot = Slot({n: reader.datasets[n].shape[1:] for n in names}, {}, plan.chunk)
     try:
         for k in range(out.done):
             if should_stop():
@@ -74,7 +74,10 @@ def verify_input(out, reader, plan, names, should_stop):
             a, b = plan.bounds(k)
             reader.fill(slot, plan.row_start + a, plan.row_start + b)
             got = np.zeros(len(names), dtype=np.uint64)
-            slot.each_input(lambda lo, hi, rows: got.__iadd__(input_digests(rows, names, lo)))
+
+            def add(lo, hi, rows):
+                got[:] += input_digests(rows, names, lo)
+            slot.each_input(add)
             changed = [reader.datasets[n].name.lstrip("/") for n, g, s in zip(names, got, stored[k]) if g != s]
             if changed:
                 raise DataError(f"{out.path}: cannot resume: rows {plan.row_start + a}..{plan.row_start + b - 1} "
@@ -83,7 +86,3 @@ def verify_input(out, reader, plan, names, should_stop):
                                 f"--overwrite to start again")
     finally:
         slot.blocks = []            # unmap the rows
-
-
-def reader_shapes(reader, names):
-    return {n: reader.datasets[n].shape[1:] for n in names}
