@@ -266,6 +266,20 @@ def test_resume_verifies_the_finished_chunks_input_rows(stopped_big):
         assert f.attrs["complete"] and f["_adgrad/input_digests"].shape == (200, 1)
 
 
+def test_a_file_without_checksums_resumes_only_with_trust_input(stopped):
+    """A file an adgrad before the checksums wrote: --resume says why it cannot verify; --trust-input
+    finishes it, as a run never stopped would have."""
+    cfg, out = stopped
+    with h5py.File(out, "r+") as f:
+        del f["_adgrad/input_digests"]
+    result = invoke("run", cfg, "--resume")
+    assert result.exit_code == 2 and "records no checksums" in result.stderr and "--trust-input" in result.stderr
+    assert invoke("run", cfg, "--resume", "--trust-input", "-q").exit_code == 0
+    run_job(load_config_file(str(cfg)), output=str(out.parent / "ref.h5"))
+    with h5py.File(out, "r") as a, h5py.File(out.parent / "ref.h5", "r") as b:
+        assert a.attrs["complete"] and a["dE_dx"][()].tobytes() == b["dE_dx"][()].tobytes()
+
+
 def test_resume_does_not_check_unfinished_rows(stopped_big):
     """Rows after the finished chunks are computed on resume from the file as it is: changing them
     is no reason to refuse."""

@@ -161,7 +161,8 @@ class _Stream:
         for name, acc in done.sums.items():
             self.out.sums[name].merge(acc)
         self.nan_points += done.bad
-        self.out.digests[k] = done.digests
+        if self.out.digests is not None:           # (a file of an older adgrad resumed with --trust-input)
+            self.out.digests[k] = done.digests
         self.out.commit(k + 1, self.nan_points, self.out.sums, slot)   # waits for chunk k's rows
         self.t.write += time.perf_counter() - t0
         self.outcome.points += done.rows
