@@ -224,6 +224,7 @@ class _Doc:
 
     def __init__(self, path, text):
         self.path, self.text = path, text
+        self.sizes = {}         # a model's named sizes (its `sizes:` with overrides), set before shapes are read
         try:
             self.root = yaml.compose(text, Loader=yaml.SafeLoader)
         except yaml.MarkedYAMLError as exc:
@@ -275,8 +276,6 @@ class _Doc:
         text = str(self.value(node))
         line, col = node.start_mark.line + 1, node.start_mark.column + 1
         return Expr(text, self.path, line, col, where)
-
-    sizes: dict = {}        # the model's named sizes (its `sizes:` with overrides), set before shapes are read
 
     def shape(self, node, where):
         val = self.value(node)
@@ -793,7 +792,7 @@ class _ModelInline(_Doc):
     """A model written inline in a config: same document, rooted at the `model:` mapping."""
 
     def __init__(self, doc, node):
-        self.path, self.text, self.root = doc.path, doc.text, node
+        self.path, self.text, self.root, self.sizes = doc.path, doc.text, node, {}
 
 
 def _derivative_request(doc, node, i, model):

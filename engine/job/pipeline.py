@@ -42,11 +42,12 @@ class Plan:
 def bytes_per_point(kernel, dtype) -> int:
     """The buffer memory a point of a chunk takes: SETS slots of float64 input rows and of stored
     results, and the worker's float64 rows (reduced results; per-point ones stored narrower)."""
-    per_point = [n for n in kernel.output_shapes if n not in kernel.reduced]
-    size = lambda names: sum(max(1, int(np.prod(kernel.output_shapes[n]))) for n in names)  # noqa: E731
+    entries = {n: max(1, int(np.prod(s))) for n, s in kernel.output_shapes.items()}
+    per_point = sum(k for n, k in entries.items() if n not in kernel.reduced)
+    reduced = sum(k for n, k in entries.items() if n in kernel.reduced)
     inputs = sum(max(1, v.size) for v in kernel.graph.inputs.values())
-    wide = size(per_point) if np.dtype(dtype) != np.float64 else 0
-    return SETS * (8 * inputs + np.dtype(dtype).itemsize * size(per_point)) + 8 * (wide + size(kernel.reduced))
+    wide = per_point if np.dtype(dtype) != np.float64 else 0
+    return SETS * (8 * inputs + np.dtype(dtype).itemsize * per_point) + 8 * (wide + reduced)
 
 
 @dataclass
@@ -97,7 +98,7 @@ class _Compute:
         stored = {name: buf[:n] for name, buf in {**slot.outputs, **self.sums}.items()}
         computed = {**stored, **{name: buf[:n] for name, buf in self.wide.items()}}
         bad = np.empty(n, dtype=np.bool_)
-        digests = np.zeros(len(self.kernel.graph.inputs), dtype=np.uint64)
+        digests = np.zeros(len(self.names), dtype=np.uint64)
 
         def block(lo, hi, inputs):
             digests[:] += input_digests(inputs, self.names, lo)
