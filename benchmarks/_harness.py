@@ -117,3 +117,94 @@ def print_compile_table(ctimes):
     for name, ((c0, f0), (c1, f1)) in ctimes.items():
         print(f"| {name} | {c0:.2f} | {f0:.2f} | {c1:.2f} | {f1:.2f} |")
     print("each in a fresh process with its own ADGRAD_CACHE_DIR; cold = empty cache")
+
+
+# ---------------------------------------------------------------- JAX rows and JSON output
+
+JAX_NOTE = ("JAX: jax.jit(jax.vmap(...)) in float64, inputs put on the device once (not timed), each call "
+            "waits for its outputs (block_until_ready) and allocates them (JAX has no out=); XLA's own "
+            "thread pool (all cores), whatever --threads says")
+
+
+def add_jax_options(parser):
+    """--no-jax and --json PATH, for the scripts with JAX rows."""
+    parser.add_argument("--no-jax", action="store_true", help="skip the JAX rows")
+    parser.add_argument("--json", metavar="PATH",
+                        help="also write the timed rows to PATH as JSON (benchmarks/chart.py draws them)")
+
+
+def load_jax(skip=False):
+    """The jax module with float64 enabled, or None after printing why the JAX rows are skipped."""
+    if skip:
+        print("  JAX rows skipped (--no-jax)")
+        return None
+    try:
+        import jax
+    except ImportError as exc:
+        print(f"  JAX rows skipped: jax is not importable ({exc}); pip install -e '.[bench]'")
+        return None
+    jax.config.update("jax_enable_x64", True)
+    print(f"  jax {jax.__version__} on {jax.devices()[0]}")
+    return jax
+
+
+def jax_runner(jax, fn, args, names):
+    """(callable, outputs) for time_calls from a jitted `fn`: `args` are put on the device once, each
+    call runs fn(*args) and blocks until every output is computed. `outputs` maps `names` to the last
+    call's results (jax arrays, in the order of fn's output leaves); it is emptied before each call,
+    so that the previous results are freed before the new ones are allocated."""
+    dev = [jax.device_put(a) for a in args]
+    outputs = {}
+
+    def run(*_):
+        outputs.clear()
+        res = jax.block_until_ready(fn(*dev))
+        outputs.update(zip(names, jax.tree_util.tree_leaves(res)))
+    return run, outputs
+
+
+def write_json(path, script, rows):
+    """rows: dicts with model, kernel, impl (hand | adgrad | jax | floor), name, M, ns_per_point, spread."""
+    import json
+    doc = {"script": script, "command": shlex.join([sys.executable] + sys.argv), "environment": environment(),
+           "time": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "load_average": [round(x, 2) for x in os.getloadavg()], "rows": rows}
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"rows written to {path}")
+
+
+def row(model, kernel, impl, name, M, seconds, spread):
+    """One timed row: `kernel` says what is computed (value, value+grad, ...), `impl` who computes it
+    (hand, adgrad, JAX, floor, or a variant such as "adgrad (slices)"), `name` the kernel's label."""
+    return {"model": model, "kernel": kernel, "impl": impl, "name": name, "M": M,
+            "ns_per_point": seconds / M * 1e9, "spread": spread}
+
+
+def ratio(rows, r, impl):
+    """r's time over that of the row of `impl` computing the same model and kernel (None if none)."""
+    for q in rows:
+        if q["impl"] == impl and q["model"] == r["model"] and q["kernel"] == r["kernel"]:
+            return r["ns_per_point"] / q["ns_per_point"]
+    return None
+
+
+def print_ratio_table(rows, refs=("hand", "adgrad", "floor")):
+    """Markdown table of ns/point, with each row's ratio to the hand-written, adgrad and floor rows of
+    the same model and kernel (the same outputs)."""
+    print("\n| model | M | kernel | ns/point (median) | spread | " + " | ".join(f"/ {r}" for r in refs) + " |")
+    print("|---|---:|---|---:|---:|" + "---:|" * len(refs))
+    for r in rows:
+        cells = [ratio(rows, r, ref) for ref in refs]
+        cells = " | ".join("" if c is None else f"{c:.2f}" for c in cells)
+        print(f"| {r['model']} | {r['M']:,} | {r['name']} | {r['ns_per_point']:.1f} | {r['spread']:.0%} | {cells} |")
+    print(SPREAD_NOTE + "; / X = this row's time over X's for the same outputs")
+
+
+def print_target(what, value, limit, at_most=True):
+    """One target line: `value` (a ratio) against `limit`, met or MISSED."""
+    if value is None:
+        print(f"target: {what}: not measured")
+        return
+    ok = value <= limit if at_most else value >= limit
+    print(f"target: {what} {'<=' if at_most else '>='} {limit:g}: {value:.2f} ({'met' if ok else 'MISSED'})")

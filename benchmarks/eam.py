@@ -12,17 +12,23 @@ process and with the same numba thread count:
                     memory-traffic floor of any value+gradient kernel
   adgrad value      compile_model(model, derivatives=[], mode="auto")
   adgrad value+grad compile_model(model, derivatives=[("E", "x")], mode="reverse")
-Each is the median of --repeats calls (default 5) after one warm-up call, into preallocated
-outputs, on X = default_rng(0).random((M, N)); timed calls are interleaved round-robin across
-kernels so that drifts of a shared machine hit all of them alike. adgrad's E and dE/dx are
-checked against the hand-written kernel; the hand-written kernels against numpy (1e-12 relative).
-Compile times (adgrad's compile_model plus first call) are printed separately.
+  JAX value         jax.jit(jax.vmap(E)), E written in jax.numpy as above, float64
+  JAX value+grad    jax.jit(jax.vmap(jax.value_and_grad(E)))
+Each is the median of --repeats calls (default 7) after one warm-up call, into preallocated
+outputs (JAX allocates its own), on X = default_rng(0).random((M, N)); timed calls are interleaved
+round-robin across kernels so that drifts of a shared machine hit all of them alike. adgrad's E and
+dE/dx are checked against the hand-written kernel; the hand-written kernels against numpy (1e-12
+relative), JAX against the hand-written kernel (1e-10). Compile times (adgrad's compile_model plus
+first call) are printed separately. The table gives each row over the hand-written, adgrad and
+floor rows of the same outputs, and the lines after it issue 12's targets.
 
 Run from anywhere:
     python benchmarks/eam.py                     # full sizes, all cores
     python benchmarks/eam.py --quick             # smoke run: M = 20,000 and 2,000
     python benchmarks/eam.py --threads 4 --sizes 100 1000x50000
-If adgrad cannot be imported, the hand-written rows are still printed.
+    python benchmarks/eam.py --json eam.json     # also the rows as JSON, for benchmarks/chart.py
+If adgrad cannot be imported, the hand-written rows are still printed; without jax, the JAX rows are
+skipped (--no-jax skips them too).
 """
 import argparse
 import sys
@@ -33,8 +39,9 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from _harness import (KERNEL_OPTS, SPREAD_NOTE, add_timing_options, environment, max_rel_err,
-                      print_command, time_calls)
+from _harness import (JAX_NOTE, KERNEL_OPTS, add_jax_options, add_timing_options, check_error, environment,
+                      jax_runner, load_jax, max_rel_err, print_command, print_ratio_table, print_target, ratio,
+                      row, time_calls, write_json)
 
 MODEL_PATH = Path(__file__).resolve().parent.parent / "configs" / "eam_model.yaml"
 DEFAULT_N = (100, 1000)
@@ -129,6 +136,22 @@ def adgrad_runners(M, N):
     return runners, compile_s
 
 
+# ---------------------------------------------------------------- JAX
+
+def jax_runners(jax, X):
+    """name -> (callable, outputs) for JAX: E of one point in jax.numpy, jit(vmap(...)) over points."""
+    jnp = jax.numpy
+
+    def energy(x):
+        rho = jnp.sum(jnp.exp(-3.0 * (x + 1.0)))
+        return rho**2 + rho**3 + rho**4 / 4
+
+    return {
+        "JAX value": jax_runner(jax, jax.jit(jax.vmap(energy)), (X,), ["E"]),
+        "JAX value+grad": jax_runner(jax, jax.jit(jax.vmap(jax.value_and_grad(energy))), (X,), ["E", "dE_dx"]),
+    }
+
+
 # ---------------------------------------------------------------- timing and checks
 
 def check_hand(X, outs, rows=2000, tol=1e-12):
@@ -155,10 +178,24 @@ def check_adgrad(outs):
             print(f"  check {name} {key} vs {ref}: max rel err {err:.2e}")
 
 
+def check_jax(outs, tol=1e-10):
+    """JAX's E and dE/dx against the hand-written kernels (exit if beyond `tol`)."""
+    for name, ref in [("JAX value", REF_VALUE), ("JAX value+grad", REF_GRAD)]:
+        for key, val in outs.get(name, {}).items():
+            check_error(f"{name} {key} vs {ref}", max_rel_err(np.asarray(val), outs[ref][key], TINY), tol)
+
+
+def describe(name):
+    """(impl, kernel) of a row name: 'hand floor' is the floor of value+grad."""
+    if name == "hand floor":
+        return "floor", "value+grad"
+    return name.split(" ")[0], name.split(" ")[-1]
+
+
 # ---------------------------------------------------------------- driver
 
-def bench_size(N, M, repeats):
-    """Time every kernel at one size; return table rows (N, M, kernel, ns/point, spread)."""
+def bench_size(N, M, repeats, jax):
+    """Time every kernel at one size; return table rows (harness.row dicts)."""
     print(f"\nN={N}, M={M:,}")
     X = np.random.default_rng(0).random((M, N))
     runners = hand_runners(M, N)
@@ -167,26 +204,35 @@ def bench_size(N, M, repeats):
         print(f"  {info}")
     else:
         runners.update(ad)
+    if jax is not None:
+        runners.update(jax_runners(jax, X))
     rows, outs = [], {}
     for name, (warm, med, spread) in time_calls(runners, (X,), repeats).items():
         extra = f", compile_model {info[name]:.2f} s" if ad is not None and name in info else ""
-        print(f"  {name}: first call (incl. numba compile) {warm:.3f} s{extra}")
-        rows.append((N, M, name, med / M * 1e9, spread))
+        what = "numba" if not name.startswith("JAX") else "XLA"
+        print(f"  {name}: first call (incl. {what} compile) {warm:.3f} s{extra}")
+        rows.append(row(f"EAM N={N}", *describe(name)[::-1], name, M, med, spread))
         outs[name] = runners[name][1]
     check_hand(X, outs)
     check_adgrad(outs)
+    check_jax(outs)
     return rows
 
 
-def print_table(rows):
-    """Markdown table of ns/point with ratios to the hand-written references of the same size."""
-    ref = {(n, k): t for n, _, k, t, _ in rows}
-    print("\n| N | M | kernel | ns/point (median) | spread | / hand value+grad | / hand value |")
-    print("|---:|---:|---|---:|---:|---:|---:|")
-    for n, m, kernel, t, spread in rows:
-        vs_grad = t / ref[(n, REF_GRAD)]
-        vs_value = f"{t / ref[(n, REF_VALUE)]:.2f}" if kernel.endswith("value") else ""
-        print(f"| {n} | {m:,} | {kernel} | {t:.1f} | {spread:.0%} | {vs_grad:.2f} | {vs_value} |")
+def print_targets(rows, sizes):
+    """Issue 12's EAM targets, per size."""
+    def get(N, impl, kernel):
+        return next((r for r in rows if r["model"] == f"EAM N={N}" and r["impl"] == impl and r["kernel"] == kernel),
+                    None)
+    for N, _ in sizes:
+        ad_vg, ad_v = get(N, "adgrad", "value+grad"), get(N, "adgrad", "value")
+        if ad_vg is None:
+            continue
+        inv = (lambda x: None if x is None else 1 / x)
+        print_target(f"N={N} adgrad value+grad / floor", ratio(rows, ad_vg, "floor"), 1.5)
+        print_target(f"N={N} hand value+grad / adgrad value+grad", inv(ratio(rows, ad_vg, "hand")), 2.5, False)
+        print_target(f"N={N} JAX value+grad / adgrad value+grad", inv(ratio(rows, ad_vg, "JAX")), 2.5, False)
+        print_target(f"N={N} JAX value / adgrad value", inv(ratio(rows, ad_v, "JAX")), 1.0, False)
 
 
 def parse_sizes(items, quick):
@@ -201,6 +247,8 @@ def parse_sizes(items, quick):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_timing_options(p)
+    add_jax_options(p)
+    p.set_defaults(repeats=7)
     p.add_argument("--quick", action="store_true", help="small M for a smoke run")
     p.add_argument("--sizes", nargs="+", metavar="N[xM]",
                    help="sizes to run, e.g. 100 1000x50000 (default: 100 and 1000)")
@@ -209,12 +257,17 @@ def main(argv=None):
     numba.set_num_threads(args.threads)
     sizes = parse_sizes(args.sizes, args.quick)
     print_command()
+    jax = load_jax(args.no_jax)
     rows = []
     for n, m in sizes:
-        rows += bench_size(n, m, args.repeats)
+        rows += bench_size(n, m, args.repeats, jax)
     print("\n" + environment())
-    print_table(rows)
-    print(SPREAD_NOTE)
+    if jax is not None:
+        print(JAX_NOTE)
+    print_ratio_table(rows)
+    print_targets(rows, sizes)
+    if args.json:
+        write_json(args.json, "eam.py", rows)
 
 
 if __name__ == "__main__":
