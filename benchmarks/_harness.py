@@ -84,7 +84,8 @@ def check_error(what, err, tol, failure=None):
 def print_first_calls(timed, compile_s):
     for name, (warm, _, _) in timed.items():
         extra = f", compile_model {compile_s[name]:.2f} s" if name in compile_s else ""
-        print(f"  {name}: first call (incl. numba compile) {warm:.3f} s{extra}")
+        what = "XLA" if name.startswith("JAX") else "numba"
+        print(f"  {name}: first call (incl. {what} compile) {warm:.3f} s{extra}")
 
 
 def environment():
