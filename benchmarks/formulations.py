@@ -12,13 +12,19 @@ It times, in one process and with the same numba thread count:
   hand value / hand value+grad   hand-written numba (prange over points, fused), the reference
   adgrad <f> value               compile_model(derivatives=[], mode="auto")
   adgrad <f> value+grad          compile_model(derivatives=[("S", "X")], mode="reverse")
-Medians of --repeats interleaved calls after a warm-up, into preallocated outputs, on
-X, Z = default_rng(0).standard_normal. adgrad is checked against the hand kernel (1e-10 relative),
-the hand kernel against numpy. Compile times are measured in fresh subprocesses, cold (empty
-ADGRAD_CACHE_DIR) and cached.
+  hand floor value / value+grad  read X and Z, write S (and an (IN, BATCH) array): the memory floor
+  JAX value / value+grad         jax.jit(jax.vmap(S)) and jax.jit(jax.vmap(jax.value_and_grad(S))),
+                                 S(X, Z) = sum(tanh(Wm @ X + b) * Z) in jax.numpy, float64
+Medians of --repeats (default 7) interleaved calls after a warm-up, into preallocated outputs (JAX
+allocates its own), on X, Z = default_rng(0).standard_normal. adgrad and JAX are checked against the
+hand kernel (1e-10 relative), the hand kernel against numpy. Compile times are measured in fresh
+subprocesses, cold (empty ADGRAD_CACHE_DIR) and cached. In the ratio table "/ adgrad" is over the
+einsum formulation; the target lines give slices / einsum and issue 12's adgrad / hand value+grad.
 
     python benchmarks/formulations.py            # M = 100,000 points
     python benchmarks/formulations.py --quick    # M = 5,000
+    python benchmarks/formulations.py --json f.json   # also the rows as JSON, for benchmarks/chart.py
+Without jax the JAX rows are skipped (--no-jax skips them too).
 """
 import argparse
 import json
@@ -29,12 +35,14 @@ from pathlib import Path
 import numpy as np
 from numba import njit, prange
 
-from _harness import (KERNEL_OPTS, SPREAD_NOTE, check_error, compile_times, environment, max_rel_err,
-                      print_compile_table, print_first_calls, start, time_calls)
+from _harness import (JAX_NOTE, KERNEL_OPTS, add_jax_options, check_error, compile_times, environment,
+                      jax_runner, load_jax, max_rel_err, print_compile_table, print_first_calls, print_ratio_table,
+                      print_target, row, start, time_calls, write_json)
 
 IN, OUT, BATCH = 16, 8, 32
 BLOCK = 256          # points per prange iteration of the hand kernel (scratch allocated per block)
 TARGET = 1.3
+TARGET_12 = 1.2     # issue 12: adgrad value+grad / hand
 
 _rng = np.random.default_rng(1)
 WM = _rng.standard_normal((OUT, IN)) / np.sqrt(IN)
@@ -118,6 +126,38 @@ def hand_value_grad(X, Z, Wm, b, S, D):
                         D[n, i, j] += w * G[o, j]
 
 
+@njit(**KERNEL_OPTS)
+def floor_value(X, Z, S):
+    """Memory floor of the value: read X and Z, write S (sums, no arithmetic to speak of)."""
+    M = X.shape[0]
+    for n in prange(M):
+        s = 0.0
+        for i in range(IN):
+            for j in range(BATCH):
+                s += X[n, i, j]
+        for o in range(OUT):
+            for j in range(BATCH):
+                s += Z[n, o, j]
+        S[n] = s
+
+
+@njit(**KERNEL_OPTS)
+def floor_value_grad(X, Z, S, D):
+    """Memory floor of value+grad: read X and Z, write S and D = 3 X."""
+    M = X.shape[0]
+    for n in prange(M):
+        s = 0.0
+        for i in range(IN):
+            for j in range(BATCH):
+                x = X[n, i, j]
+                D[n, i, j] = 3.0 * x
+                s += x
+        for o in range(OUT):
+            for j in range(BATCH):
+                s += Z[n, o, j]
+        S[n] = s
+
+
 def numpy_value_grad(X, Z):
     Y = np.tanh(np.einsum("oi,nij->noj", WM, X) + BV)
     S = np.einsum("noj,noj->n", Y, Z)
@@ -127,9 +167,29 @@ def numpy_value_grad(X, Z):
 
 def hand_runners(M):
     S1, S2, D2 = np.empty(M), np.empty(M), np.empty((M, IN, BATCH))
+    S3, S4, D4 = np.empty(M), np.empty(M), np.empty((M, IN, BATCH))
     return {
         "hand value": (lambda X, Z: hand_value(X, Z, WM, BV, S1), {"S": S1}),
         "hand value+grad": (lambda X, Z: hand_value_grad(X, Z, WM, BV, S2, D2), {"S": S2, "dS_dX": D2}),
+        "hand floor value": (lambda X, Z: floor_value(X, Z, S3), {}),
+        "hand floor value+grad": (lambda X, Z: floor_value_grad(X, Z, S4, D4), {}),
+    }
+
+
+# ---------------------------------------------------------------- JAX
+
+def jax_runners(jax, X, Z):
+    """name -> (callable, outputs) for JAX: S of one point in jax.numpy, jit(vmap(...)) over points."""
+    jnp = jax.numpy
+    Wm, b = jnp.asarray(WM), jnp.asarray(BV)
+
+    def score(X, Z):
+        Y = jnp.tanh(Wm @ X + b)
+        return jnp.sum(Y * Z)
+
+    return {
+        "JAX value": jax_runner(jax, jax.jit(jax.vmap(score)), (X, Z), ["S"]),
+        "JAX value+grad": jax_runner(jax, jax.jit(jax.vmap(jax.value_and_grad(score))), (X, Z), ["S", "dS_dX"]),
     }
 
 
@@ -190,19 +250,32 @@ def check(outs, X, Z, tol=1e-10, rows=2000):
             ("hand value+grad S vs numpy", rel_err(outs["hand value+grad"]["S"][:rows], S_np), 1e-12),
             ("hand value+grad dS_dX vs numpy", rel_err(outs["hand value+grad"]["dS_dX"][:rows], D_np), 1e-12)]
     for name, out in outs.items():
-        if name.startswith("adgrad"):
+        if name.startswith(("adgrad", "JAX")):
             ref = "hand value+grad" if name.endswith("grad") else "hand value"
             for key in out:
-                errs.append((f"{name} {key} vs {ref}", rel_err(out[key], outs[ref][key]), tol))
+                errs.append((f"{name} {key} vs {ref}", rel_err(np.asarray(out[key]), outs[ref][key]), tol))
     for what, err, t in errs:
         check_error(what, err, t)
+
+
+def describe(name):
+    """(impl, kernel) of a row name: the einsum formulation is "adgrad", the other "adgrad (slices)"."""
+    kernel = name.split(" ")[-1]
+    if name.startswith("hand floor"):
+        return "floor", kernel
+    if name.startswith("adgrad"):
+        return ("adgrad" if "einsum" in name else "adgrad (slices)"), kernel
+    return name.split(" ")[0], kernel
 
 
 # ---------------------------------------------------------------- driver
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_jax_options(p)
+    p.set_defaults(repeats=7)
     args, M = start(p, argv, 100_000, 5_000, "print the two value+grad kernels' source")
+    jax = load_jax(args.no_jax)
     print(f"\nseed 001: IN={IN}, OUT={OUT}, BATCH={BATCH}, M={M:,}")
 
     rng = np.random.default_rng(0)
@@ -213,6 +286,8 @@ def main(argv=None):
         runners = hand_runners(M)
         ad, compile_s, kernels = adgrad_runners(M, paths)
         runners.update(ad)
+        if jax is not None:
+            runners.update(jax_runners(jax, X, Z))
         timed = time_calls(runners, (X, Z), args.repeats)
         print_first_calls(timed, compile_s)
         check({n: r[1] for n, r in runners.items()}, X, Z)
@@ -222,17 +297,18 @@ def main(argv=None):
                 print(f"\n# ---- adgrad {form} value+grad\n" + kernels[f"adgrad {form} value+grad"].source)
 
     print("\n" + environment())
-    print("\n| M | kernel | ns/point (median) | spread | / hand (same outputs) | / einsum (same outputs) |")
-    print("|---:|---|---:|---:|---:|---:|")
-    for name, (_, med, spread) in timed.items():
-        what = "value+grad" if name.endswith("grad") else "value"
-        vs_hand = med / timed[f"hand {what}"][1]
-        vs_ein = f"{med / timed[f'adgrad einsum {what}'][1]:.2f}" if name.startswith("adgrad") else ""
-        print(f"| {M:,} | {name} | {med / M * 1e9:.1f} | {spread:.0%} | {vs_hand:.2f} | {vs_ein} |")
-    print(SPREAD_NOTE)
+    if jax is not None:
+        print(JAX_NOTE)
+    rows = [row("seed 001", *describe(name)[::-1], name, M, med, spread) for name, (_, med, spread) in timed.items()]
+    print_ratio_table(rows)
     r = timed["adgrad slices value+grad"][1] / timed["adgrad einsum value+grad"][1]
     ok = 1 / TARGET <= r <= TARGET
     print(f"target: slices / einsum value+grad within {TARGET}x: {r:.2f} ({'met' if ok else 'MISSED'})")
+    for form in SCORES:
+        print_target(f"adgrad {form} value+grad / hand (issue 12)",
+                     timed[f"adgrad {form} value+grad"][1] / timed["hand value+grad"][1], TARGET_12)
+    if args.json:
+        write_json(args.json, "formulations.py", rows)
     if ctimes:
         print_compile_table(ctimes)
 
