@@ -17,7 +17,7 @@ It times, in one process and with the same numba thread count:
   JAX r+J (jvp)         jax.jit(jax.vmap(lambda m, d: jax.jvp(lambda m: r(m, d), (m,), (1.0,))))
 Medians of --repeats (default 7) interleaved rounds after a warm-up, into preallocated outputs (JAX
 allocates its own), on m ~ U(-2, 2), d ~ U(0, 1) (the model's sample ranges, default_rng(0)). Before
-timing, the hand kernels are checked against numpy (r, 1e-12) and central differences of numpy's r
+timing, the hand kernels are checked against numpy (r, 1e-11) and central differences of numpy's r
 (J, 1e-7); after it, adgrad and JAX against the hand kernels (1e-10 relative). Compile times are
 measured in fresh subprocesses, cold (empty ADGRAD_CACHE_DIR) and cached.
 
@@ -203,8 +203,9 @@ def check_hand(m, d, rows=5000, h=1e-6):
     hand_jacobian(m, d, R2, J2)
     r_np = numpy_residual(m, d)
     J_fd = (numpy_residual(m + h, d) - numpy_residual(m - h, d)) / (2 * h)
-    check_error("hand r vs numpy", rel_err(R1, r_np), 1e-12)
-    check_error("hand r+J r vs numpy", rel_err(R2, r_np), 1e-12)
+    # r = d - c f cancels where c f ~ d, and numpy sums pairwise: 4-6e-13 seen, hence 1e-11
+    check_error("hand r vs numpy", rel_err(R1, r_np), 1e-11)
+    check_error("hand r+J r vs numpy", rel_err(R2, r_np), 1e-11)
     check_error("hand r+J J vs central differences of numpy's r", max_rel_err(J2, J_fd, 1.0), 1e-7)
 
 
