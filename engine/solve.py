@@ -3,9 +3,9 @@ RESIDUAL(x) = 0 (x of any static shape, the residual of the same shape).
 
 The kernel runs Newton's method from X0 with the Jacobian adgrad derives from the residual (forward
 mode), unrolled max_iter times with no branch: an iterate that has converged (max|r| <= T max(1,
-max|r(X0)|)) is kept by a select, and the small dense solve is closed-form up to 4x4 and unrolled
-Gauss-Jordan above. A point that has not converged after N iterations gives NaN, so it counts as
-non-finite (engine.nan: error names its row).
+max|r(X0)|)) is kept by a select, and the small dense solve is closed-form up to 4x4 and an LU
+factorization above (engine/ir/ops/linalg.py). A point that has not converged after N iterations
+gives NaN, so it counts as non-finite (engine.nan: error names its row).
 
 Derivatives never go through the iterations: they are seen through `stop`, a constant to
 differentiation. The converged iterate takes one more Newton step (quadratic convergence brings it

@@ -17,14 +17,15 @@ import pytest
 
 from adgrad.engine.codegen.emit import Emitter, literal
 from adgrad.engine.codegen.load import load, module_source
-from adgrad.engine.ir.core import Builder, Var
+from adgrad.engine.ir.core import Builder, Var, current
 from adgrad.engine.ir.interp import interpret
 from adgrad.engine.ir.op import KINDS, OPS, Reduction
 from adgrad.engine.ir.rules import Rule
 from adgrad.engine.numeric.tables import TableData
 from adgrad.engine.opt.scalarize import scalarize
 
-SHAPES = {"x": (8,), "y": (8,), "s": (), "X": (3, 4), "P": (4,), "T": (8,), "S": (3, 3), "B": (2, 3, 3)}
+SHAPES = {"x": (8,), "y": (8,), "s": (), "X": (3, 4), "P": (4,), "T": (8,), "S": (3, 3), "B": (2, 3, 3),
+          "Q": (5, 5)}
 # params: two tables of 7 nodes on [-1, 2] (the table op reads its coefficients whole)
 TABLE = TableData(np.array([[0.3, -1.0, 2.0, 0.5, 0.5, 4.0, -2.0], [1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0]]),
                   x0=-1.0, dx=0.5, xlin=1.5)
@@ -122,7 +123,18 @@ CASES.update({
     "matfun_d1": _spectral("matfun_d1", "s", "B", kind=1),
     "trfun": lambda b, v: b.emit("add", _spectral("trfun", "s", kind=0)(b, v), _spectral("trfun", "s", kind=2)(b, v)),
     "matfun_d2": _spectral("matfun_d2", lambda b, v: b.const(0.5), "B", "S", kind=0),
+    # det and inv above 4x4 (engine/ir/ops/linalg.py): Q transposed, so the factorization reads a strided view
+    "lu": lambda b, v: b.emit("lu", b.emit("transpose", v["Q"], perm=(1, 0))),
+    "lu_det": lambda b, v: b.emit("lu_det", v["Q"], b.emit("lu", v["Q"])),
+    "lu_inv": lambda b, v: b.emit("lu_inv", v["Q"], b.emit("lu", v["Q"])),
+    "lu_adj": lambda b, v: b.emit("add", _adj(v["Q"]), _adj(b.emit("select", b.emit(
+        "eq", b.emit("array", data=tuple(float(k % 5 == 2) for k in range(25)), shape=(5, 5)), 1.0), 0.0, v["Q"]))),
 })
+
+
+def _adj(q):
+    """lu_adj of q (with a zero column: the exactly singular path)."""
+    return current().emit("lu_adj", q, current().emit("lu", q))
 
 
 def elementwise_case(name):

@@ -149,6 +149,10 @@ class Emitter:
         x = s.at([idx[lead + k] if d != 1 else None for k, d in enumerate(a.shape)])
         return f"({x} != 0.0)" if a.dtype == "bool" else x
 
+    def buffer(self, v):
+        """The strided storage (Buf) of an array value, for a helper that reads it whole."""
+        return self.store[v]
+
     def bind(self, v, storage):
         self.store[v] = storage
 

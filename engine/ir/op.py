@@ -138,3 +138,11 @@ def lanes(x, axes):
     kept = tuple(d for k, d in enumerate(x.shape) if k not in axes)
     moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
     return moved.reshape(kept + (-1,))
+
+
+def opaque_elements(b, e, xs):
+    """The element form of an op computed whole by a helper (a factorization, a spectral function): the
+    op itself on its arguments packed into arrays, its result read element by element."""
+    packed = [x[()] if x.shape == () else b.emit("pack", *x.reshape(-1), shape=x.shape) for x in xs]
+    v = b.emit(e.op, *packed, **dict(e.attrs))
+    return elements(v.shape, lambda idx: b.emit("getitem", v, index=idx) if idx else v)

@@ -3,8 +3,8 @@
 No new ops means no new derivative rules: matmul and einsum are a broadcast product reduced over
 the contracted axes, which the code generator fuses into one loop nest that never stores the
 product (an einsum diagonal is a strided view); stack and concatenate are in-place updates of a
-zero array, whose adjoints are free views; det and inv are closed forms up to 4x4 and unrolled
-Gaussian elimination above, whose pivot choices are comparisons (constants to differentiation).
+zero array, whose adjoints are free views; det and inv are closed forms up to 4x4 and the LU ops
+(engine/ir/ops/linalg.py) above.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .call import builtin
-from .constructors import concatenate, stack
+from .constructors import stack
 
 
 def matmul(call, a, b):
@@ -185,8 +185,8 @@ def _transpose(call):
     return call.emit("transpose", a, perm=perm)
 
 
-CLOSED_FORM = 4     # det and inv up to this size are unrolled cofactor forms
-LARGEST = 16        # above CLOSED_FORM, unrolled elimination: n steps of O(n) tensor ops each
+CLOSED_FORM = 4     # det and inv up to this size are unrolled cofactor forms; above, the lu ops
+LARGEST = 16        # the largest det, inv (and local solve) accepted, and tested
 
 
 def _square_matrix(call, name):
@@ -223,11 +223,7 @@ def _det(call):
     a = _square_matrix(call, "det")
     if a.shape[0] <= CLOSED_FORM:
         return _det_entries(call, _entries(call, a))
-    pivots, sign, _ = _eliminate(call, a, a.shape[0], jordan=False)
-    total = sign
-    for p in pivots:
-        total = call.emit("mul", total, p)
-    return total
+    return call.emit("lu_det", a, call.emit("lu", a))
 
 
 @builtin("inv")
@@ -236,11 +232,10 @@ def _inv(call):
 
 
 def inverse(call, a):
-    """inv(a) of a square matrix: cofactors up to 4x4, Gauss-Jordan with partial pivoting above."""
+    """inv(a) of a square matrix: cofactors up to 4x4, an LU factorization above."""
     n = a.shape[0]
     if n > CLOSED_FORM:
-        augmented = concatenate(call, [a, call.constant(np.eye(n))], 1)
-        return _eliminate(call, augmented, n, jordan=True)[2]
+        return call.emit("lu_inv", a, call.emit("lu", a))
     m = _entries(call, a)
     det = _det_entries(call, m)
     rows = []
@@ -254,59 +249,3 @@ def inverse(call, a):
             row.append(call.emit("div", c, det))
         rows.append(stack(call, row))
     return stack(call, rows)
-
-
-def _part(call, x, *items):
-    """x[items] for ints and Python slices (a getitem with normalized ranges)."""
-    index = tuple(i.indices(d) if isinstance(i, slice) else i for i, d in zip(items, x.shape))
-    return call.emit("getitem", x, index=index + tuple((0, d, 1) for d in x.shape[len(items):]))
-
-
-def _column(call, v):
-    return call.reshape(v, (v.size, 1))
-
-
-def _pivot_choice(call, col, top):
-    """1.0 at the first row, from `top` on, of the largest |col| entry, 0.0 elsewhere (partial
-    pivoting). Made of comparisons, it is a constant to differentiation: the derivative is that of
-    the row exchange taken, as at any other branch."""
-    n = col.size
-    mag = call.emit("abs", col)
-    if top:                     # rows above top are already pivots: -1 never wins
-        eligible = call.emit("ge", call.constant(np.arange(n, dtype=float)), float(top))
-        mag = call.emit("select", eligible, mag, -1.0)
-    hit = call.emit("eq", mag, call.emit("reduce_max", mag, axes=(0,)))
-    before = call.constant(np.tri(n, k=-1))        # before[i, j] = 1 where j < i
-    earlier = call.emit("reduce_sum", before * call.emit("select", hit, 1.0, 0.0), axes=(1,))
-    first = call.emit("and", hit, call.emit("eq", earlier, 0.0))
-    return call.emit("select", first, 1.0, 0.0)
-
-
-def _eliminate(call, m, steps, jordan):
-    """Gaussian elimination with partial pivoting, unrolled over the first `steps` columns of m.
-    Each step's pivot column is column 0 of the working matrix, which drops it after use. LU
-    (jordan=False) also drops the pivot row, leaving the trailing block; Gauss-Jordan eliminates
-    every row and normalizes the pivot row, so [A | I] becomes inv(A).
-    Returns the pivots, the sign of the row permutation and the working matrix left over."""
-    sign, pivots = call.const(1.0), []
-    for k in range(steps):
-        rows = m.shape[0]
-        top = k if jordan else 0
-        e_top = call.constant(np.eye(rows)[top])
-        if rows - top > 1:      # exchange rows top and p: m += (p - e_top) (m[top] - m[p])
-            p = _pivot_choice(call, _part(call, m, slice(None), 0), top)
-            pivot_row = call.emit("reduce_sum", _column(call, p) * m, axes=(0,))
-            m = m + _column(call, p - e_top) * (_part(call, m, top) - pivot_row)
-            sign = sign * (2.0 * _part(call, p, top) - 1.0)
-        piv = _part(call, m, top, 0)
-        pivots.append(piv)
-        if jordan:
-            normalized = _part(call, m, top, slice(1, None)) / piv
-            m = _part(call, m, slice(None), slice(1, None)) - \
-                _column(call, _part(call, m, slice(None), 0) - e_top) * normalized
-        elif rows > 1:          # a zero pivot means a zero column (LAPACK's getrf leaves it, det is 0)
-            safe = call.emit("select", call.emit("eq", piv, 0.0), 1.0, piv)
-            factors = _part(call, m, slice(1, None), 0) / safe
-            m = _part(call, m, slice(1, None), slice(1, None)) - \
-                _column(call, factors) * _part(call, m, 0, slice(1, None))
-    return pivots, sign, m

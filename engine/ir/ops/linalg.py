@@ -1,0 +1,150 @@
+"""det and inv of matrices above 4x4 (engine/ir/builtins/linalg.py; smaller ones are closed forms),
+through one LU factorization with partial pivoting that engine/numeric/linalg.py computes.
+
+lu(A) -> (n*n + n + 1,)   the packed factorization. Only the ops below read it, and their rules
+                          differentiate A itself, so it has none of its own (a constant to
+                          differentiation, as pivot choices are).
+lu_det(A, F) -> ()        det A.  d det[T] = tr(adj(A) T): its gradient is adj(A)^T.
+lu_inv(A, F) -> (n, n)    inv A.  d inv[T] = -inv(A) T inv(A).
+lu_adj(A, F) -> (n, n)    adj A = det(A) inv(A), also where A is singular (det's gradient is exact there,
+                          as numpy's cofactors and JAX's det gradient are).
+The rules are written with these ops and products, so derivatives of every order follow. At an exactly
+singular matrix det is 0 and inv inf/NaN, and so are the derivatives that contain inv (det's second
+derivative: NaN, flagged as non-finite, never a silent wrong number); the closed forms up to 4x4 stay
+finite there.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ShapeError
+from ..core import current
+from ..op import Op, opaque_elements, register
+from ..rules import Rule, lift, no_derivative
+
+
+class _Numerics:
+    """engine/numeric/linalg.py (compiled with numba), imported on first use."""
+
+    def __getattr__(self, name):
+        from ...numeric import linalg
+        return getattr(linalg, name)
+
+
+num = _Numerics()
+
+
+def emit(op, *args, **attrs):
+    return current().emit(op, *args, **attrs)
+
+
+def _square(name, s):
+    if len(s) != 2 or s[0] != s[1]:
+        raise ShapeError(f"{name}: expects a square matrix, got shape {tuple(s)}")
+    return s[0]
+
+
+def _shape(name, out):
+    def rule(shapes, dtypes):
+        n = _square(name, shapes[0])
+        if len(shapes) > 1 and tuple(shapes[1]) != (n * n + n + 1,):
+            raise ShapeError(f"{name}: the factorization of a {n}x{n} matrix has {n * n + n + 1} values, "
+                             f"got shape {tuple(shapes[1])}")
+        return out(n), "f8"
+    return rule
+
+
+# ---- rules --------------------------------------------------------------------------------------------
+def _matmul(x, y):
+    """x @ y on the last two axes, leading (batch) axes broadcast: a product reduced over the inner axis."""
+    p = emit("mul", emit("reshape", x, shape=x.shape + (1,)),
+             emit("reshape", y, shape=y.shape[:-2] + (1,) + y.shape[-2:]))
+    return emit("reduce_sum", p, axes=(p.rank - 2,))
+
+
+def _t(x):
+    return emit("transpose", x, perm=(1, 0))
+
+
+def _trace_with(ts, x, bs):
+    """tr(x T) for each tangent direction T of ts (bs + (n, n))."""
+    return emit("reduce_sum", emit("mul", ts, _t(x)), axes=(len(bs), len(bs) + 1))
+
+
+def _det_jvp(e, ts, bs):
+    return None if ts[0] is None else _trace_with(ts[0], emit("lu_adj", *e.args), bs)
+
+
+def _det_vjp(e, ct, bs):
+    return [emit("mul", lift(ct, bs, 2), _t(emit("lu_adj", *e.args))), None]
+
+
+def _inv_jvp(e, ts, bs):
+    return None if ts[0] is None else emit("neg", _matmul(_matmul(e.out, ts[0]), e.out))
+
+
+def _inv_vjp(e, ct, bs):
+    inv_t = _t(e.out)
+    return [emit("neg", _matmul(_matmul(inv_t, ct), inv_t)), None]
+
+
+def _adj_jvp(e, ts, bs):
+    """d (det inv)[T] = det (tr(inv T) inv - inv T inv)."""
+    if ts[0] is None:
+        return None
+    inv, det = emit("lu_inv", *e.args), emit("lu_det", *e.args)
+    return emit("mul", det, emit("sub", emit("mul", lift(_trace_with(ts[0], inv, bs), bs, 2), inv),
+                                 _matmul(_matmul(inv, ts[0]), inv)))
+
+
+def _adj_vjp(e, ct, bs):
+    inv_t, det = _t(emit("lu_inv", *e.args)), emit("lu_det", *e.args)
+    dot = emit("reduce_sum", emit("mul", ct, _t(inv_t)), axes=(len(bs), len(bs) + 1))
+    return [emit("mul", det, emit("sub", emit("mul", lift(dot, bs, 2), inv_t), _matmul(_matmul(inv_t, ct), inv_t))),
+            None]
+
+
+# ---- lowering: helper calls on the flat arrays the values live in --------------------------------------
+def _lu_lower(ctx, e):
+    ctx.comment(e)
+    a, dst = ctx.buffer(e.args[0]), ctx.alloc(e.out)
+    n = e.args[0].shape[0]
+    ctx.line(f"__lu({a.array}, {a.offset}, {a.strides[0]}, {a.strides[1]}, {n}, {dst.array}, {dst.offset})")
+    ctx.bind(e.out, dst)
+
+
+def _factors(ctx, e):
+    f = ctx.buffer(e.args[1])
+    assert f.contiguous, "lu's factorization is stored contiguously"
+    return f"{f.array}, {f.offset}, {e.args[0].shape[0]}"
+
+
+def _det_lower(ctx, e):
+    ctx.comment(e)
+    name = ctx.vname[e.out]
+    ctx.line(f"{name} = __lu_det({_factors(ctx, e)})")
+    ctx.bind(e.out, name)
+
+
+def _matrix_lower(ctx, e):
+    """lu_inv and lu_adj: the helper of the op's name writes the n x n result."""
+    ctx.comment(e)
+    dst = ctx.alloc(e.out)
+    ctx.line(f"__{e.op}({_factors(ctx, e)}, {dst.array}, {dst.offset})")
+    ctx.bind(e.out, dst)
+
+
+def _cubic(weight):
+    return lambda e: int(weight * e.args[0].shape[0] ** 3) + 1
+
+
+register(Op("lu", "structural", _shape("lu", lambda n: (n * n + n + 1,)), lambda a: num.lu_np(a),
+            no_derivative(cut=True), _lu_lower, _cubic(2 / 3), scalar=opaque_elements, helpers=("linalg.lu",)))
+register(Op("lu_det", "structural", _shape("lu_det", lambda n: ()),
+            lambda a, f: np.float64(num.lu_det(np.ascontiguousarray(f, dtype=np.float64), 0, a.shape[0])),
+            Rule(_det_jvp, _det_vjp), _det_lower, lambda e: e.args[0].shape[0], scalar=opaque_elements,
+            helpers=("linalg.lu_det",)))
+for name, rule in (("lu_inv", Rule(_inv_jvp, _inv_vjp)), ("lu_adj", Rule(_adj_jvp, _adj_vjp))):
+    register(Op(name, "structural", _shape(name, lambda n: (n, n)),
+                lambda a, f, name=name: num.from_factors(getattr(num, name), f, a.shape[0]), rule, _matrix_lower,
+                _cubic(2), scalar=opaque_elements, helpers=(f"linalg.{name}",)))
