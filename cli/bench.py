@@ -34,5 +34,5 @@ def bench(config, m, repeat, threads, seed, compile_time):
     report = run_bench(config, model, cfg, points=m, repeat=repeat, threads=threads or None, seed=seed,
                        compile_time=compile_time)
     click.echo(f"model {report.model}: {report.points} sampled points, {report.threads} thread(s), "
-               f"median of {report.repeat}, compute only")
+               f"median of {report.repeat}, compute only, math: {report.math}")
     click.echo(format_table(report.timings, report.compile_times))

@@ -34,7 +34,7 @@ def check(model_or_config, k, seed):
     pairs = oracle.requested(model, config.compute.derivatives if config else None)
     try:
         points = oracle.points(model, config, k, seed)
-        rows = oracle.check(model, pairs, points)
+        rows = oracle.check(model, pairs, points, math=config.engine.math if config else "vector")
     except MemoryError:
         raise DataError(f"--points {k}: the points and their differences do not fit in memory; use fewer "
                         f"points") from None

@@ -51,7 +51,7 @@ def test_config_rows_numbers_and_compile_times(tmp_path):
     res = invoke("bench", tmp_path / "cfg.yaml", "--points", 3000, "--repeat", 3)
     assert res.exit_code == 0, res.output
     out = res.stdout
-    assert out.startswith("model ring: 3000 sampled points, 1 thread(s), median of 3, compute only\n")
+    assert out.startswith("model ring: 3000 sampled points, 1 thread(s), median of 3, compute only, math: vector\n")
     table = rows(out)
     assert list(table) == ["values only", "values + derivatives (auto)", "values + derivatives, forward",
                            "values + derivatives, reverse", "values + derivatives, manual"]
@@ -82,3 +82,22 @@ def test_help():
     for words in ("Time the kernels of CONFIG", "ns/point", "--points", "--repeat", "--threads", "--seed",
                   "--no-compile-time"):
         assert words in text
+
+
+def test_bench_and_check_compile_with_the_configs_math(tmp_path, monkeypatch):
+    """engine.math: libm reaches every kernel bench and check compile (they time and check what a run of
+    the config computes), and bench's header names it."""
+    from adgrad.engine.tools import bench as bench_engine, check as check_engine
+    (tmp_path / "model.yaml").write_text(MODEL)
+    (tmp_path / "cfg.yaml").write_text(CONFIG + "  math: libm\n")
+    seen = []
+    for module in (bench_engine, check_engine):
+        real = module.compile_model
+        monkeypatch.setattr(module, "compile_model",
+                            lambda *a, real=real, **k: seen.append(k.get("math")) or real(*a, **k))
+    res = invoke("bench", tmp_path / "cfg.yaml", "--points", 200, "--repeat", 1, "--no-compile-time")
+    assert res.exit_code == 0, res.output
+    assert ", math: libm\n" in res.stdout.splitlines()[0] + "\n"
+    res = invoke("check", tmp_path / "cfg.yaml", "--points", 4)
+    assert res.exit_code == 0, res.output
+    assert len(seen) >= 6 and set(seen) == {"libm"}

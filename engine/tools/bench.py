@@ -65,14 +65,14 @@ def _manual(model, req):
     return dataclasses.replace(r, mode="manual")
 
 
-def time_kernels(model: LoadedModel, inputs: dict, derivatives, mode="auto", values=None, repeat=5):
+def time_kernels(model: LoadedModel, inputs: dict, derivatives, mode="auto", values=None, repeat=5, math="vector"):
     """Timing of every variant on `inputs` (name -> (M, *shape)) with numba's current thread count.
     Repeats are interleaved across the variants, so a change in the machine's load (other processes
     on shared cores) spreads over all of them instead of skewing one."""
     m = next(iter(inputs.values())).shape[0]
     runs = []
     for label, derivs, md, vals in variants(model, derivatives, mode, values):
-        kernel = compile_model(model, derivs, mode=md, values=vals)
+        kernel = compile_model(model, derivs, mode=md, values=vals, math=math)
         args = {n: inputs[n] for n in kernel.graph.inputs}
         out = {n: np.empty((m,) + s) for n, s in kernel.output_shapes.items() if n not in kernel.reduced}
         kernel.evaluate(args, out=out)                      # warm-up: caches, page faults
@@ -119,7 +119,7 @@ else:
     config, model = None, build(load_model_file(sys.argv[1]))
 derivatives, mode, values = requests(model, config)
 t = time.perf_counter()
-compile_model(model, derivatives, mode=mode, values=values)
+compile_model(model, derivatives, mode=mode, values=values, math=config.engine.math if config else "vector")
 print(time.perf_counter() - t)
 """
 
@@ -147,6 +147,7 @@ class Report:
     repeat: int
     timings: list
     compile_times: tuple | None     # (cold, cached) seconds
+    math: str = "vector"            # the config's engine.math, which every kernel is compiled with
 
 
 def bench(path, model: LoadedModel, config=None, points=100_000, repeat=5, threads=None, seed=0,
@@ -157,14 +158,15 @@ def bench(path, model: LoadedModel, config=None, points=100_000, repeat=5, threa
     elif config is not None and config.engine.threads:
         numba.set_num_threads(min(config.engine.threads, numba.config.NUMBA_NUM_THREADS))
     derivatives, mode, values = requests(model, config)
+    math = config.engine.math if config is not None else "vector"
     try:
         inputs = sampled_inputs(model, config, points, seed)
-        timings = time_kernels(model, inputs, derivatives, mode, values, repeat)
+        timings = time_kernels(model, inputs, derivatives, mode, values, repeat, math)
     except MemoryError:
         raise DataError(f"--points {points}: the sampled points and their results do not fit in memory; "
                         f"use fewer points") from None
     compiled = compile_seconds(path, config is not None) if compile_time else None
-    return Report(model.name, points, numba.get_num_threads(), repeat, timings, compiled)
+    return Report(model.name, points, numba.get_num_threads(), repeat, timings, compiled, math)
 
 
 def format_table(rows, compile_times=None):

@@ -74,11 +74,11 @@ def _compare(name, a_name, a, b_name, b, tol):
     return Row(name, a_name, b_name, max_abs, rel, ok)
 
 
-def finite_difference(model, of, wrt, points, inner_wrt=None):
+def finite_difference(model, of, wrt, points, inner_wrt=None, math="vector"):
     """Central differences of `of` (or of d of/d inner_wrt) with respect to `wrt`, per point:
     shape (K, *of_shape[, *inner_shape], *wrt_shape)."""
     derivs = [] if inner_wrt is None else [(of, inner_wrt)]
-    kern = compile_model(model, derivs, mode="reverse", values=[of])
+    kern = compile_model(model, derivs, mode="reverse", values=[of], math=math)
     target = of if inner_wrt is None else derivative_name(of, (inner_wrt,))
     k = next(iter(points.values())).shape[0]
     if wrt in model.spec.inputs:
@@ -112,8 +112,9 @@ def finite_difference(model, of, wrt, points, inner_wrt=None):
     return d.reshape(d.shape[:-1] + p0.shape)
 
 
-def check(model, pairs, points, manual_too=True):
-    """Rows comparing every available mode with the others and with finite differences."""
+def check(model, pairs, points, manual_too=True, math="vector"):
+    """Rows comparing every available mode with the others and with finite differences; the kernels
+    compiled with `math` (a config's engine.math), as a run of it computes."""
     rows = []
     for of, wrt in pairs:
         modes = ["forward", "reverse"]
@@ -122,12 +123,12 @@ def check(model, pairs, points, manual_too=True):
             modes.append("manual")
         results = {}
         for mode in modes:
-            kern = compile_model(model, [(of, list(wrt))], mode=mode, values=[of])
+            kern = compile_model(model, [(of, list(wrt))], mode=mode, values=[of], math=math)
             results[mode] = kern.evaluate(points)[name]
         if len(wrt) == 1:
-            fd = finite_difference(model, of, wrt[0], points)
+            fd = finite_difference(model, of, wrt[0], points, math=math)
         else:
-            fd = finite_difference(model, of, wrt[1], points, inner_wrt=wrt[0])
+            fd = finite_difference(model, of, wrt[1], points, inner_wrt=wrt[0], math=math)
         for i, ma in enumerate(modes):
             for mb in modes[i + 1:]:
                 rows.append(_compare(name, ma, results[ma], mb, results[mb], AD_TOL))
