@@ -6,6 +6,8 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from .vecmath import _bits
+
 
 @njit(inline="always", error_model="numpy")
 def sign(x):
@@ -56,12 +58,23 @@ def _all_ones(bits, mask):
     return top == mask
 
 
-@njit(nogil=True, cache=True)
+# one compiled signature, a read-only row (the drivers' inputs are read-only; a writable row converts
+# to it), compiled or loaded when this module is imported
+READONLY_ROW = types.Array(types.float64, 1, "C", readonly=True)
+
+
+@njit(types.boolean(READONLY_ROW), nogil=True, cache=True)
 def nonfinite(row):
-    """Whether a contiguous float64 row holds a NaN or an infinity. Not inlined into numba's IR: the
-    drivers call it once per per-point array, and inlined copies made a kernel of many results take
-    minutes to compile (LLVM still inlines the compiled function where it pays)."""
-    return _all_ones(row.view(np.int64), EXPONENT)
+    """Whether a contiguous float64 row holds a NaN or an infinity: the integer max of the exponent
+    bits, which vectorizes. Not inlined into numba's IR: the drivers call it once per per-point array,
+    and inlined copies made a kernel of many results take minutes to compile (LLVM still inlines the
+    compiled function where it pays). One signature and a bit cast instead of an array view: a lazy
+    function compiled twice (read-only inputs, writable results) with the view cost 0.6 s of every
+    cold compile, this 0.1 s once."""
+    top = 0
+    for v in row:
+        top = max(top, _bits(v) & EXPONENT)
+    return top == EXPONENT
 
 
 @njit(inline="always")
