@@ -5,6 +5,8 @@ For each function and each size (1e6 and 1e7 float64 by default) it times two si
 loops over the same input, compiled alike (error_model="numpy", no fastmath):
   libm   math.exp(x[i]) etc. (np.cbrt; scalar.sigmoid and scalar.softplus, adgrad's current helpers)
   vec    vecmath.vexp(x[i]) etc.
+  and for exp a third loop, timed in the same rounds: "exp (double-double)", the exp that vexp was
+  until _exp_fast (vecmath._exp_red, kept for the functions that need e**x to more than 53 bits).
 Each time is the median of --repeats rounds (default 7) after one warm-up call; within a round the
 two loops run one after the other (interleaved), so drifts of this shared machine hit both alike.
 Printed: ns per element, the spread of the timed calls, and libm / vec (> 1: vecmath is faster).
@@ -56,6 +58,13 @@ def _libm_atan2(y, x):
     return math.atan2(y, x)
 
 
+@njit(inline="always", error_model="numpy")
+def _exp_dd(x):
+    """vexp as it was before _exp_fast: e**x as a double-double (_exp_red), rounded once (0.514 ulp)."""
+    wh, wl, k = vecmath._exp_red(x, -0.0, -746.0, 710.0)
+    return vecmath._scale(wh + wl, k)
+
+
 def _sym(lo, hi):
     """Log-uniform magnitudes in [lo, hi], both signs."""
     return lambda rng, n: np.exp(rng.uniform(math.log(lo), math.log(hi), n)) * rng.choice([-1.0, 1.0], n)
@@ -69,7 +78,8 @@ def _pos(lo, hi):
     return lambda rng, n: np.exp(rng.uniform(math.log(lo), math.log(hi), n))
 
 
-# name: (libm scalar function, vecmath function, first argument's domain, second argument's or None). Moderate
+# name: (libm scalar function, vecmath function, first argument's domain, second argument's or None), then
+# optionally a previous vecmath version timed beside them (EXTRA). Moderate
 # ranges, where glibc takes its fast paths (its exp, e.g., branches to a slower path for |x| > 512).
 DOMAINS = {
     "exp": (math.exp, vecmath.vexp, _uni(-50.0, 50.0), None),
@@ -92,6 +102,7 @@ DOMAINS = {
     "cbrt": (np.cbrt, vecmath.vcbrt, _sym(1e-3, 1e3), None),
     "erf": (math.erf, vecmath.verf, _uni(-3.0, 3.0), None),
 }
+EXTRA = {"exp": ("exp (double-double)", _exp_dd)}
 
 
 def main(argv=None):
@@ -110,6 +121,8 @@ def main(argv=None):
         libm, vec, dom_a, dom_b = DOMAINS[name]
         make = _loop2 if dom_b else _loop1
         runners = {"libm": make(libm), "vec": make(vec)}
+        if name in EXTRA:
+            runners["extra"] = make(EXTRA[name][1])
         for n in args.sizes:
             rng = np.random.default_rng(0)
             x = dom_a(rng, n)
@@ -120,6 +133,10 @@ def main(argv=None):
             (_, tl, sl), (_, tv, sv) = timed["libm"], timed["vec"]
             print(f"| {name} | {n:.0e} | {tl / n * 1e9:.2f} | {sl:.0%} | {tv / n * 1e9:.2f} | {sv:.0%} | "
                   f"{tl / tv:.2f} |", flush=True)
+            if "extra" in timed:
+                _, te, se = timed["extra"]
+                print(f"| {EXTRA[name][0]} | {n:.0e} | {tl / n * 1e9:.2f} | {sl:.0%} | {te / n * 1e9:.2f} | {se:.0%} | "
+                      f"{tl / te:.2f} |", flush=True)
     print(SPREAD_NOTE + "; single thread; first call of each loop (numba compile) not timed")
 
 

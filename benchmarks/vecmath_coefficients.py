@@ -137,6 +137,10 @@ def sets():
         # expm1(r) = r + r^2/2 + r^3 Q(r), |r| <= ln2/2; weight: relative to expm1(r)
         "EXPM1_Q": (_q_exp, -R, R, 9, lambda r: abs(r ** 3 / mp.expm1(r)) if r else 0,
                     "expm1(r) = r + r^2/2 + r^3 Q(r), |r| <= ln2/2"),
+        # vexp: e^r = 1 + r + r^2 (1/2 + r P1(r)), |r| <= ln2/2 (1/2 kept exact); weight: relative to e^r,
+        # the result itself (not to expm1(r) as above)
+        "EXP_P1": (_series_at_0(lambda r: ((mp.expm1(r) - r) / r ** 2 - mp.mpf(1) / 2) / r, mp.mpf(1) / 6), -R, R, 9,
+                   lambda r: abs(r) ** 3 / mp.exp(r), "e^r = 1 + r + r^2 (1/2 + r P1(r)), |r| <= ln2/2"),
         # log(m) = 2s + s^3 (2/3 + 2s^2/5 + s^4 P(s^2)), s = (m-1)/(m+1), m in [sqrt(1/2), sqrt(2)]
         "LOG_P": (_series_at_0(lambda z: ((2 * mp.atanh(mp.sqrt(z)) / mp.sqrt(z) - 2) / z - mp.mpf(2) / 3
                                           - 2 * z / 5) / z ** 2, mp.mpf(2) / 7),
