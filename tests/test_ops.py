@@ -123,6 +123,9 @@ CASES.update({
     "matfun_d1": _spectral("matfun_d1", "s", "B", kind=1),
     "trfun": lambda b, v: b.emit("add", _spectral("trfun", "s", kind=0)(b, v), _spectral("trfun", "s", kind=2)(b, v)),
     "matfun_d2": _spectral("matfun_d2", lambda b, v: b.const(0.5), "B", "S", kind=0),
+    # formed by engine/opt/spectral.py: divided differences as a value, and matfun_d1 taking them
+    "divdiff": _spectral("divdiff", "s", kind=0),
+    "eig_d1": _spectral("eig_d1", lambda b, v: b.emit("getitem", v["x"], index=((0, 6, 1),)), "B"),
     # det and inv above 4x4 (engine/ir/ops/linalg.py): Q transposed, so the factorization reads a strided view
     "lu": lambda b, v: b.emit("lu", b.emit("transpose", v["Q"], perm=(1, 0))),
     "lu_det": lambda b, v: b.emit("lu_det", v["Q"], b.emit("lu", v["Q"])),

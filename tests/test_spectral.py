@@ -34,14 +34,16 @@ outputs:
   Wexp: trace(expm(C/4))
   lam: eigvalsh(C)
   Wmat: sum(powm(C, a/2))
+  Wsum: 2*trace(powm(C, a/2)) - 0.3*trace(powm(C, -0.75)) + trace(logm(C))/5
 """
 # the scalar function each output applies to the eigenvalues of C (for the oracle), where it is tr f(C)
 ORACLE_F = {
     "Wpow": lambda x: x ** mpmath.mpf(0.85),
     "Wlog": lambda x: mpmath.log(x) ** 2 / 4,
     "Wexp": lambda x: mpmath.exp(x / 4),
+    "Wsum": lambda x: 2 * x ** mpmath.mpf(0.85) - mpmath.mpf(0.3) * x ** mpmath.mpf(-0.75) + mpmath.log(x) / 5,
 }
-NAMES = ["Wpow", "Wlog", "Wsqrt", "Wexp"]
+NAMES = ["Wpow", "Wlog", "Wsqrt", "Wexp", "Wsum"]
 
 
 @pytest.fixture(scope="module")
@@ -194,6 +196,14 @@ def test_derivative_with_respect_to_the_exponent(kernels, model):
     for mode in ("forward", "reverse"):
         got = kernels[mode].evaluate({"F": F})["dWpow_da"]
         assert rel(got, (up - down) / (2 * h)) < 1e-7
+
+
+def test_a_sum_of_traces_rotates_each_direction_once(model):
+    """The Hessian of a sum of traces of matrix functions of one matrix (reverse, then forward mode): its
+    derivatives of matrix functions in the same directions are merged into one eig_d1 (engine/opt/spectral.py);
+    the oracle and central-difference tests above check its values (Wsum)."""
+    ops = [e.op for e in compile_model(model, derivatives=[("Wsum", ["F", "F"])], mode="reverse").graph.eqns]
+    assert ops.count("eig_d1") == 1 and "matfun_d1" not in ops
 
 
 def test_eigenvalues_match_numpy():

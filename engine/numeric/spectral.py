@@ -108,21 +108,36 @@ def fder(kind, p, n, x):
     return 0.0 if c == 0.0 else c * x ** (p - n)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def dd1(kind, p, a, b):
-    """f[a, b], exact in the limit a = b and free of cancellation when a and b are close."""
+@njit(inline="always", error_model="numpy")
+def _deriv(kind, p, x):
+    """(f'(x), q): q = x**(p - 1) for x**p, the power f' shares with the divided differences at x."""
+    if kind != POW:
+        return fder(kind, p, 1, x), 0.0
+    q = x ** (p - 1.0)
+    return (0.0 if p == 0.0 else p * q), q
+
+
+@njit(inline="always", error_model="numpy")
+def _dd1(kind, p, a, b, fa, fb, qb):
+    """f[a, b] from fa = f'(a), fb = f'(b) and qb (_deriv's q at b): no power or exp computed twice."""
     if a == b:
-        return fder(kind, p, 1, a)
+        return fa
     d = a - b
     if kind == EXP:
-        lo = min(a, b)
-        return np.exp(lo) * np.expm1(abs(d)) / abs(d) if abs(d) <= 1.0 else (np.exp(a) - np.exp(b)) / d
+        return (fa if a < b else fb) * np.expm1(abs(d)) / abs(d) if abs(d) <= 1.0 else (fa - fb) / d
     if abs(d) <= 0.5 * max(abs(a), abs(b)):      # same sign, |h| <= 1/2
         h = d / b
         if kind == LOG:
             return np.log1p(h) / d
-        return b ** (p - 1.0) * np.expm1(p * np.log1p(h)) / h
+        return qb * np.expm1(p * np.log1p(h)) / h
     return (fder(kind, p, 0, a) - fder(kind, p, 0, b)) / d
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def dd1(kind, p, a, b):
+    """f[a, b], exact in the limit a = b and free of cancellation when a and b are close."""
+    fb, qb = _deriv(kind, p, b)
+    return _dd1(kind, p, a, b, fder(kind, p, 1, a), fb, qb)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -173,19 +188,24 @@ def to_eigenbasis(u, b):
 
 
 @njit(inline="always", error_model="numpy")
-def _row(ui0, ui1, ui2, x, u):
-    """Row i of U X U^T, from row i of U and the 6 entries of the symmetric X."""
+def _row(ui0, ui1, ui2, x):
+    """Row i of U X, from row i of U and the 6 entries of the symmetric X."""
     x00, x11, x22, x01, x02, x12 = x
-    y0 = ui0 * x00 + ui1 * x01 + ui2 * x02
-    y1 = ui0 * x01 + ui1 * x11 + ui2 * x12
-    y2 = ui0 * x02 + ui1 * x12 + ui2 * x22
-    return y0 * u[0] + y1 * u[1] + y2 * u[2], y0 * u[3] + y1 * u[4] + y2 * u[5], y0 * u[6] + y1 * u[7] + y2 * u[8]
+    return ui0 * x00 + ui1 * x01 + ui2 * x02, ui0 * x01 + ui1 * x11 + ui2 * x12, ui0 * x02 + ui1 * x12 + ui2 * x22
+
+
+@njit(inline="always", error_model="numpy")
+def _dot(y, u, j):
+    return y[0] * u[3 * j] + y[1] * u[3 * j + 1] + y[2] * u[3 * j + 2]
 
 
 @njit(inline="always", error_model="numpy")
 def from_eigenbasis(u, x):
-    """U X U^T (9-tuple, row-major) of the symmetric X given by its entries (00, 11, 22, 01, 02, 12)."""
-    return _row(u[0], u[1], u[2], x, u) + _row(u[3], u[4], u[5], x, u) + _row(u[6], u[7], u[8], x, u)
+    """U X U^T (9-tuple, row-major) of the symmetric X given by its entries (00, 11, 22, 01, 02, 12): the
+    upper triangle, mirrored, so the result is exactly symmetric (scalarized kernels read (j, i) as (i, j))."""
+    y0, y1, y2 = _row(u[0], u[1], u[2], x), _row(u[3], u[4], u[5], x), _row(u[6], u[7], u[8], x)
+    a01, a02, a12 = _dot(y0, u, 1), _dot(y0, u, 2), _dot(y1, u, 2)
+    return _dot(y0, u, 0), a01, a02, a01, _dot(y1, u, 1), a12, a02, a12, _dot(y2, u, 2)
 
 
 # ---- the helpers generated kernels call: e is eigh3's 12-tuple, matrices are row-major 9-tuples ----------
@@ -211,8 +231,9 @@ def trfun(e, kind, p):
 def matfun_dd1(e, kind, p):
     """The first divided differences f[lam_i, lam_j] as (00, 11, 22, 01, 02, 12)."""
     l0, l1, l2 = e[0], e[1], e[2]
-    return (fder(kind, p, 1, l0), fder(kind, p, 1, l1), fder(kind, p, 1, l2),
-            dd1(kind, p, l0, l1), dd1(kind, p, l0, l2), dd1(kind, p, l1, l2))
+    (f0, _), (f1, q1), (f2, q2) = _deriv(kind, p, l0), _deriv(kind, p, l1), _deriv(kind, p, l2)
+    return f0, f1, f2, _dd1(kind, p, l0, l1, f0, f1, q1), _dd1(kind, p, l0, l2, f0, f2, q2), \
+        _dd1(kind, p, l1, l2, f1, f2, q2)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
