@@ -135,6 +135,25 @@ def test_pack_rules_in_both_modes():
     np.testing.assert_allclose(got["rev"], want, rtol=1e-15)
 
 
+def test_negations_fold_into_sums_and_out_of_products():
+    """x + (-y) -> x - y, x - (-y) -> x + y, (-x) y -> -(x y) and (-x)(-y) -> x y: no neg is left where a
+    sum absorbs it, and the values are the tensor graph's to the bit, signed zeros, infinities and NaN included
+    (a NaN's sign is not a value)."""
+    x, y = Var((6,)), Var((6,))
+    b = Builder(Graph({"x": x, "y": y}, {}, [], {}))
+    with b.active():
+        nx, ny = b.emit("neg", x), b.emit("neg", y)
+        b.graph.outputs = {"a": x + ny, "s": x - ny, "m": (nx * y) + 1.0, "mm": nx * ny}
+    scalar = scalarize(b.graph, limit=100_000)
+    assert not any(e.op == "neg" for e in scalar.eqns)
+    pt = {"x": np.array([0.0, -0.0, 1.5, np.inf, np.nan, -2.0]), "y": np.array([-0.0, -0.0, 0.25, np.inf, 1.0, 3e300])}
+    want, got = interpret(b.graph, pt, {}), interpret(scalar, pt, {})
+    for name in want:
+        number = ~np.isnan(want[name])
+        np.testing.assert_array_equal(np.signbit(got[name][number]), np.signbit(want[name][number]), err_msg=name)
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
 @settings(max_examples=40, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                  HealthCheck.filter_too_much, HealthCheck.data_too_large])
