@@ -15,12 +15,12 @@ the same function, 64-bit mantissa, on the same 1e6 points):
 | vlog | 0.524 | 1 (0.31%) | 0.537 | |
 | vexpm1 | 0.512 | 1 (0.06%) | 0.517 | |
 | vlog1p | 0.538 | 1 (0.11%) | 0.535 | |
-| vpow | 0.735 | 1 (3.6%) | 0.739 | 0.508 on normal results |
+| vpow | 0.704 | 1 (4.3%) | 0.739 | 0.630 on normal results |
 | vsinh | 0.540 | 1 (0.69%) | 0.543 | |
 | vcosh | 0.509 | 1 (3.0%) | 0.512 | |
 | vtanh | 0.520 | 1 (10.6%) | 0.532 | |
-| vsigmoid | 0.510 | 2 (22%) | 0.514 | numpy: 1/(1+exp(-x)), three roundings |
-| vsoftplus | 0.516 | 2 (6.5%) | 0.523 | numpy: max(x,0) + log1p(exp(-abs(x))) |
+| vsigmoid | 0.611 | 2 (22%) | 0.628 | numpy: 1/(1+exp(-x)), three roundings |
+| vsoftplus | 0.604 | 2 (6.6%) | 0.605 | numpy: max(x,0) + log1p(exp(-abs(x))) |
 | vsin | 0.558 | 1 (0.12%) | 0.569 | |x| <= 2**30; beyond: NaN marker |
 | vcos | 0.539 | 1 (0.10%) | 0.558 | |
 | vtan | 0.557 | 1 (0.21%) | 0.579 | |
