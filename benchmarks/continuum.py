@@ -28,8 +28,9 @@ It times, interleaved round-robin in one process after one warm-up call each, me
   hyperelastic P+A     DistortionalSpace(StretchesFramework(Ogden(mu, alpha))) plus felupe's Volumetric, gradient
                        and hessian (its hessian recomputes the gradient internally)
   helpers: ...         diagnostics: adgrad's spectral helpers (engine/numeric/spectral.py) alone, per point on
-                       its Cbar, cumulative: eigh3; + 2 matfun and 2 (matfun_dd1 + matfun_d1), the calls of the
-                       P kernel; + 2 matfun_dd2; + 18 matfun_d2, all of the calls adgrad's P+A kernel makes
+                       its Cbar, cumulative: eigh3; + 2 trfun and 2 matfun, the calls of the P kernel; + 2
+                       matfun_dd1 and 9 matfun_d1 (one per direction, both terms' divided differences combined),
+                       all of the calls adgrad's P+A kernel makes
 felupe and hyperelastic get x = F as (3, 3, 1, M), prepared once, untimed. Points: F = I + 0.2 N(0, 1) with
 det F > 0, plus 1% F = I, 1% uniaxial diag(s, s^-1/2, s^-1/2) and 1% rotated uniaxial diag(...) R (two equal
 stretches up to round-off), s in [0.5, 3], shuffled. Before timing, the hand kernel must equal adgrad to 1e-10
@@ -48,7 +49,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit, prange
 
-from adgrad.engine.numeric.spectral import eigh3, matfun, matfun_d1, matfun_d2, matfun_dd1, matfun_dd2
+from adgrad.engine.numeric.spectral import eigh3, matfun, matfun_d1, matfun_dd1, trfun
 from _harness import (KERNEL_OPTS, SPREAD_NOTE, check_error, compile_times, environment, print_compile_table,
                       start, time_calls)
 
@@ -173,8 +174,9 @@ def hand_stress_tangent(F, W, P, A):
 @njit(**OPTS)
 def helpers(F, out, level):
     """adgrad's spectral helper calls alone, on each point's Cbar: level 0 only eigh3; level 1 also, per Ogden
-    term, matfun and matfun_dd1 + matfun_d1 (the calls of adgrad's P kernel); level 2 also matfun_dd2; level 3
-    also matfun_d2 in each of the 9 directions (here the unit matrices): the calls adgrad's P+A kernel makes."""
+    term, trfun and matfun (the calls of adgrad's P kernel); level 2 also matfun_dd1 per term and matfun_d1 with
+    the terms' divided differences combined in each of the 9 directions (here the unit matrices): the calls
+    adgrad's P+A kernel makes."""
     M = F.shape[0]
     for blk in prange((M + BLOCK - 1) // BLOCK):
         Cb = np.empty(9)
@@ -185,17 +187,15 @@ def helpers(F, out, level):
             acc = eg[0] + eg[3]
             if level > 0:
                 for p in (P2, P1):
-                    acc += matfun(eg, 0, p)[0]
-                    acc += matfun_d1(eg, matfun_dd1(eg, 0, p), cb)[1]
-                    if level > 1:
-                        t = matfun_dd2(eg, 0, p)
-                        acc += t[9]
-                    if level > 2:
-                        for s in range(9):
-                            d = (1.0 if s == 0 else 0.0, 1.0 if s == 1 else 0.0, 1.0 if s == 2 else 0.0,
-                                 1.0 if s == 3 else 0.0, 1.0 if s == 4 else 0.0, 1.0 if s == 5 else 0.0,
-                                 1.0 if s == 6 else 0.0, 1.0 if s == 7 else 0.0, 1.0 if s == 8 else 0.0)
-                            acc += matfun_d2(eg, t, cb, d)[s]
+                    acc += trfun(eg, 0, p) + matfun(eg, 0, p - 1.0)[0]
+            if level > 1:
+                g1, g2 = matfun_dd1(eg, 0, P1 - 1.0), matfun_dd1(eg, 0, P2 - 1.0)
+                g = (g1[0] + g2[0], g1[1] + g2[1], g1[2] + g2[2], g1[3] + g2[3], g1[4] + g2[4], g1[5] + g2[5])
+                for s in range(9):
+                    d = (1.0 if s == 0 else 0.0, 1.0 if s == 1 else 0.0, 1.0 if s == 2 else 0.0,
+                         1.0 if s == 3 else 0.0, 1.0 if s == 4 else 0.0, 1.0 if s == 5 else 0.0,
+                         1.0 if s == 6 else 0.0, 1.0 if s == 7 else 0.0, 1.0 if s == 8 else 0.0)
+                    acc += matfun_d1(eg, g, d)[s]
             out[i] = acc
 
 
@@ -280,8 +280,8 @@ def library_runners(F):
     return runners
 
 
-HELPER_ROWS = {"helpers: eigh3": 0, "helpers: + 2 matfun, 2 dd1 + d1": 1, "helpers: + 2 matfun_dd2": 2,
-               "helpers: + 18 matfun_d2 (all of P+A's)": 3}
+HELPER_ROWS = {"helpers: eigh3": 0, "helpers: + 2 trfun, 2 matfun (P's)": 1,
+               "helpers: + 2 matfun_dd1, 9 matfun_d1 (all of P+A's)": 2}
 
 
 def helper_runners(M):
