@@ -21,6 +21,10 @@ from ..ir.op import OPS, elements, lanes
 from .dce import dce
 
 MAX_EQNS = 12000         # scalar equations in the result; longer kernels keep their loops
+ALWAYS = 2000            # ... and beyond this many, at most PER_EQN per equation of the tensor graph:
+PER_EQN = 20             # a few tensor ops over large values (16x16x16 products) would become 10,000
+                         # scalar equations that numba compiles in 20 s, against 6 s as loop nests;
+                         # W+P+A tangents have 4-10 per equation (and as loops, a nest for almost each)
 BUILD_SLACK = 3          # while building, up to 3x that: dead code (a Hessian's unused halves) goes at the end
 MAX_SIZE = 4096          # elements of any one value; larger values are not "small tensors"
 SHORT_LOOP = 32          # loops this short cost more in overhead than in arithmetic
@@ -72,14 +76,17 @@ class _ScalarBuilder(Builder):
         return v
 
 
-def scalarize(graph: Graph, symmetric=None, limit=MAX_EQNS) -> Graph | None:
+def scalarize(graph: Graph, symmetric=None, limit=None) -> Graph | None:
     """The graph with every equation on scalars and each output a `pack` of its elements, or None
-    when a value is large or the result would exceed `limit` equations.
+    when a value is large or the result would exceed `limit` equations (default: MAX_EQNS, and
+    beyond ALWAYS at most PER_EQN per equation of `graph`).
 
     symmetric: {output name: r} for second derivatives wrt one argument of rank r twice; their
     last 2r axes form a symmetric matrix, and entries above the diagonal are read from below it."""
     if any(e.out.size > MAX_SIZE for e in graph.eqns):
         return None
+    if limit is None:
+        limit = min(MAX_EQNS, max(ALWAYS, PER_EQN * len(graph.eqns)))
     b = _ScalarBuilder(Graph(dict(graph.inputs), dict(graph.params), [], {}), BUILD_SLACK * limit)
     env = {}
     try:
