@@ -140,9 +140,12 @@ def lanes(x, axes):
     return moved.reshape(kept + (-1,))
 
 
-def opaque_elements(b, e, xs):
+def opaque_elements(b, e, xs, sym=False):
     """The element form of an op computed whole by a helper (a factorization, a spectral function): the
-    op itself on its arguments packed into arrays, its result read element by element."""
+    op itself on its arguments packed into arrays, its result read element by element. Of a result
+    that is a stack of symmetric matrices (`sym`), entry (j, i) is read as (i, j), so the code after it
+    computes each off-diagonal entry once."""
     packed = [x[()] if x.shape == () else b.emit("pack", *x.reshape(-1), shape=x.shape) for x in xs]
     v = b.emit(e.op, *packed, **dict(e.attrs))
-    return elements(v.shape, lambda idx: b.emit("getitem", v, index=idx) if idx else v)
+    return elements(v.shape, lambda idx: b.emit("getitem", v, index=idx[:-2] + tuple(sorted(idx[-2:])) if sym else idx)
+                    if idx else v)

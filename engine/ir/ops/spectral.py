@@ -30,7 +30,7 @@ import numpy as np
 
 from ...errors import ShapeError, SpecError
 from ..core import current
-from ..op import Op, elements, register
+from ..op import Op, opaque_elements, register
 from ..rules import Rule, Unsupported, lift, no_derivative
 
 # the scalar functions of matfun, coded as engine/numeric/spectral.py codes them (that module compiles
@@ -274,18 +274,10 @@ def _p(ctx, e):
     return ctx.read(e.args[2], (), [])
 
 
-def _scalar(b, e, xs, sym=False):
-    """The element form: the op itself on its arguments packed into arrays, read element by element.
-    Of a result that is a stack of symmetric matrices (`sym`: matrix functions and their derivatives),
-    entry (j, i) is read as (i, j), so the code after it computes each off-diagonal entry once."""
-    packed = [x[()] if x.shape == () else b.emit("pack", *x.reshape(-1), shape=x.shape) for x in xs]
-    v = b.emit(e.op, *packed, **dict(e.attrs))
-    return elements(v.shape, lambda idx: b.emit("getitem", v, index=idx[:-2] + tuple(sorted(idx[-2:])) if sym else idx)
-                    if idx else v)
 
 
 def _symmetric(b, e, xs):
-    return _scalar(b, e, xs, sym=True)
+    return opaque_elements(b, e, xs, sym=True)
 
 
 def _cost(per_batch, fixed):
@@ -295,7 +287,7 @@ def _cost(per_batch, fixed):
 register(Op("eigh3", "structural", _shape("eigh3", lambda s: (12,)),
             lambda a: np.array(num.eigh3(tuple(np.reshape(a, -1)))),
             no_derivative(cut=True),
-            _lower(lambda ctx, e, ev, pre, lead, ls: f"__eigh3({ev})", 12), lambda e: 400, scalar=_scalar,
+            _lower(lambda ctx, e, ev, pre, lead, ls: f"__eigh3({ev})", 12), lambda e: 400, scalar=opaque_elements,
             helpers=("spectral.eigh3",)))
 register(Op("matfun", "structural", _shape("matfun", lambda s, kind: (3, 3)), _matfun_np,
             Rule(_matfun_jvp, _matfun_vjp),
@@ -310,7 +302,10 @@ def _trfun_lower(ctx, e):
 
 register(Op("trfun", "structural", _shape("trfun", lambda s, kind: ()),
             lambda a, e, p, kind: np.float64(num.trfun(tuple(e), kind, float(p))),
-            Rule(_trfun_jvp, _trfun_vjp), _trfun_lower, lambda e: 30, scalar=_scalar, helpers=("spectral.trfun",)))
+            Rule(_trfun_jvp, _trfun_vjp), _trfun_lower, lambda e: 30, scalar=opaque_elements,
+            helpers=("spectral.trfun",)))
+
+
 def _d1_lower(dd):
     """The lowering of matfun_d1 or eig_d1, dd(ctx, e, ev) the expression of their divided differences:
     each direction is rotated into the eigenbasis and back on its own (a 6x6 map built once and applied
@@ -330,7 +325,7 @@ register(Op("matfun_d1", "structural", _shape("matfun_d1", lambda s, kind: tuple
 # formed after differentiation by engine/opt/spectral.py, which merges linear combinations of matfun_d1
 register(Op("divdiff", "structural", _shape("divdiff", lambda s, kind: (6,)),
             lambda a, e, p, kind: np.array(num.matfun_dd1(tuple(e), kind, float(p))), _refused(MERGED),
-            _lower(lambda ctx, e, ev, pre, lead, ls: _dd1_call(ctx, e, ev), 6), lambda e: 30, scalar=_scalar,
+            _lower(lambda ctx, e, ev, pre, lead, ls: _dd1_call(ctx, e, ev), 6), lambda e: 30, scalar=opaque_elements,
             helpers=("spectral.matfun_dd1",)))
 register(Op("eig_d1", "structural", _eig_d1_shape, _eig_d1_np, _refused(MERGED),
             _d1_lower(lambda ctx, e, ev: _tuple(ctx, e.args[2], (), [], 6)), _cost(70, 0), scalar=_symmetric,
@@ -345,7 +340,7 @@ register(Op("matfun_d2", "structural", _shape("matfun_d2", lambda s, kind: _batc
 register(Op("eigvalsh", "structural", _shape("eigvalsh", lambda s: (3,)), lambda a, e: np.array(e[:3]),
             Rule(lambda e, ts, bs: None if ts[0] is None else emit("eigvalsh_d", *e.args, ts[0], adjoint=False),
                  lambda e, ct, bs: [emit("eigvalsh_d", *e.args, ct, adjoint=True), None]),
-            _lower(lambda ctx, e, ev, pre, lead, ls: f"{ev}[:3]", 3), lambda e: 3, scalar=_scalar))
+            _lower(lambda ctx, e, ev, pre, lead, ls: f"{ev}[:3]", 3), lambda e: 3, scalar=opaque_elements))
 
 
 def _eigvals_d_shape(shapes, dtypes, adjoint):
@@ -371,5 +366,5 @@ def _eigvals_d_lower(ctx, e):
 
 register(Op("eigvalsh_d", "structural", _eigvals_d_shape, _eigvals_d_np, Rule(_eigvals_d_jvp, _eigvals_d_vjp),
             _eigvals_d_lower, lambda e: 40 * e.args[2].size // 3,
-            scalar=lambda b, e, xs: _scalar(b, e, xs, sym=e.attr("adjoint")),
+            scalar=lambda b, e, xs: opaque_elements(b, e, xs, sym=e.attr("adjoint")),
             helpers=("spectral.eigvals_d", "spectral.eigvals_dt")))
