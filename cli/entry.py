@@ -30,11 +30,6 @@ def main():
         from . import common
         from .main import cli
         common.HARD_EXIT = True
-        # numba probes for a BLAS when it first loads its typing registries by importing
-        # scipy.linalg.cython_blas, which imports scipy.linalg: 0.15-0.25 s of a run's start-up. adgrad's
-        # kernels are loops and call no BLAS, and this process runs nothing else, so the probe fails
-        # fast here (never in the Python API, where the caller's own numba code may want np.dot)
-        sys.modules.setdefault("scipy.linalg.cython_blas", None)
         if PENDING:             # a signal whose exception an import callback dropped
             raise Stopped(PENDING[0])
     except KeyboardInterrupt as exc:

@@ -1,12 +1,34 @@
 """Helpers the generated kernels call; numba inlines them. The scalar ones match numpy's semantics
 (NaN propagation included) for one float64."""
+import importlib.util
 import math
+import sys
 
 import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from .vecmath import _bits
+
+
+def _defer_blas_probe():
+    """numba loads its registries on the first compile or cache load, and one of them probes for a BLAS
+    by importing scipy.linalg: 0.15-0.25 s of loading any kernel, though kernels call no BLAS. Loaded
+    here with that import failing fast, the registry is told afterwards what the probe would have
+    found (whether scipy is installed), so a caller's own numba np.dot still uses BLAS: numba imports
+    scipy.linalg when it first compiles one."""
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
+        return
+    sys.modules["scipy.linalg.cython_blas"] = None
+    try:
+        import numba.np.arraymath as registry
+    finally:
+        del sys.modules["scipy.linalg.cython_blas"]
+    if hasattr(registry, "_HAVE_BLAS"):
+        registry._HAVE_BLAS = importlib.util.find_spec("scipy") is not None
+
+
+_defer_blas_probe()
 
 
 @njit(inline="always", error_model="numpy")
