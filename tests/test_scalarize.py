@@ -121,12 +121,11 @@ def test_gives_up_on_long_results(model_from_text):
 
 
 def test_few_large_products_stay_loops(model_from_text):
-    """sum(inv(A))'s gradient for a 16x16 A is 15 tensor equations and 9,477 scalar ones: above 2,000
-    scalar equations a kernel is straight-line only at 20 or fewer per tensor equation (as loops
-    it compiled in 6 s, straight-line in 20 s); a 3x3 Hessian of the same length would be scalarized."""
+    """sum(inv(A))'s gradient for a 16x16 A: two 16x16x16 products would be 9,477 scalar equations,
+    above the limit (straight-line it compiled in 20 s, as loops in 3 s)."""
     model = model_from_text("adgrad: 1\ninputs:\n  A: {shape: [16, 16]}\noutputs:\n  S: sum(inv(A))\n", "inv16")
     graph, _ = graph_of(model, [("S", ["A"])], "reverse")
-    assert len(graph.eqns) * 20 < 2000 < len(scalarize(graph, limit=100_000).eqns) <= 12000
+    assert len(scalarize(graph, limit=100_000).eqns) > 3000
     assert scalarize(graph) is None
 
 

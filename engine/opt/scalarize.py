@@ -5,10 +5,12 @@ structural zeros: forward mode seeds with identity tensors, so most tangent entr
 copy. Rewritten per element, the builder folds those zeros away (x*0 -> 0, x+0 -> x), CSE shares
 per-element work, and the emitter keeps every value in a local instead of the workspace. A Hessian
 wrt one argument twice reads its upper triangle from the lower one, so half the tangent work is
-dead code. The pass gives up (returns None) when the result would be very long. Up to MAX_EQNS,
-straight-line code compiles faster than the loop nests it replaces (LLVM unrolls their short loops
-anyway) and runs about 3x faster: W+P+A kernels of 2,194 to 12,909 scalar equations compiled cold in
-8-37 s against 16-87 s as loops, and ran in 466-3,735 against 1,798-11,484 ns/point (2026-11-25).
+dead code. The pass gives up (returns None) when the result would be longer than MAX_EQNS, where
+numba's compile time of straight-line code outgrows that of the loops (2026-11-25, cold): the
+library's W+P+A tangents (1,600-2,500 scalar equations) run about 3x faster straight-line and compile
+faster too (8-37 s against 16-87 s as loops); a J2 return mapping of 2,428 compiled in 16 s against
+8 s; longer ones compiled up to 8x slower: the fifteen Hessians of tests/test_hard_zeros.py in 226 s
+against 27 s, two 16x16x16 products (9,477 equations) in 20 s against 3 s.
 """
 from __future__ import annotations
 
@@ -20,11 +22,7 @@ from ..ir.core import Builder, Graph
 from ..ir.op import OPS, elements, lanes
 from .dce import dce
 
-MAX_EQNS = 12000         # scalar equations in the result; longer kernels keep their loops
-ALWAYS = 2000            # ... and beyond this many, at most PER_EQN per equation of the tensor graph:
-PER_EQN = 20             # a few tensor ops over large values (16x16x16 products) would become 10,000
-                         # scalar equations that numba compiles in 20 s, against 6 s as loop nests;
-                         # W+P+A tangents have 4-10 per equation (and as loops, a nest for almost each)
+MAX_EQNS = 3000          # scalar equations in the result; longer kernels keep their loops
 BUILD_SLACK = 3          # while building, up to 3x that: dead code (a Hessian's unused halves) goes at the end
 MAX_SIZE = 4096          # elements of any one value; larger values are not "small tensors"
 SHORT_LOOP = 32          # loops this short cost more in overhead than in arithmetic
@@ -76,17 +74,14 @@ class _ScalarBuilder(Builder):
         return v
 
 
-def scalarize(graph: Graph, symmetric=None, limit=None) -> Graph | None:
+def scalarize(graph: Graph, symmetric=None, limit=MAX_EQNS) -> Graph | None:
     """The graph with every equation on scalars and each output a `pack` of its elements, or None
-    when a value is large or the result would exceed `limit` equations (default: MAX_EQNS, and
-    beyond ALWAYS at most PER_EQN per equation of `graph`).
+    when a value is large or the result would exceed `limit` equations.
 
     symmetric: {output name: r} for second derivatives wrt one argument of rank r twice; their
     last 2r axes form a symmetric matrix, and entries above the diagonal are read from below it."""
     if any(e.out.size > MAX_SIZE for e in graph.eqns):
         return None
-    if limit is None:
-        limit = min(MAX_EQNS, max(ALWAYS, PER_EQN * len(graph.eqns)))
     b = _ScalarBuilder(Graph(dict(graph.inputs), dict(graph.params), [], {}), BUILD_SLACK * limit)
     env = {}
     try:
