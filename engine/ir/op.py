@@ -25,6 +25,7 @@ scalar Vars); elementwise, reduce and view ops get a generic one by kind.
 """
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -138,6 +139,17 @@ def lanes(x, axes):
     kept = tuple(d for k, d in enumerate(x.shape) if k not in axes)
     moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
     return moved.reshape(kept + (-1,))
+
+
+class Numerics:
+    """A module of engine/numeric/ (compiled with numba) imported on first use: the IR imports no numba
+    until an op's reference value is computed."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __getattr__(self, name):
+        return getattr(importlib.import_module(f"..numeric.{self.module}", __package__), name)
 
 
 def opaque_elements(b, e, xs, sym=False):

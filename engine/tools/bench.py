@@ -99,11 +99,11 @@ def sampled_inputs(model: LoadedModel, config, points: int, seed: int) -> dict:
 
 
 def requests(model: LoadedModel, config):
-    """(derivatives, mode, values) a run of `config` computes; for a bare model, every output's
+    """(derivatives, mode, values, math) a run of `config` computes; for a bare model, every output's
     gradient with respect to every input."""
     if config is not None:
-        return config.compute.derivatives, config.mode, list(config.compute.values)
-    return default_requests(model), "auto", None
+        return config.compute.derivatives, config.mode, list(config.compute.values), config.engine.math
+    return default_requests(model), "auto", None, "vector"
 
 
 COMPILE = """\
@@ -117,9 +117,9 @@ if sys.argv[2] == "config":
     model = build(config.model).with_params(config.params)
 else:
     config, model = None, build(load_model_file(sys.argv[1]))
-derivatives, mode, values = requests(model, config)
+derivatives, mode, values, math = requests(model, config)
 t = time.perf_counter()
-compile_model(model, derivatives, mode=mode, values=values, math=config.engine.math if config else "vector")
+compile_model(model, derivatives, mode=mode, values=values, math=math)
 print(time.perf_counter() - t)
 """
 
@@ -157,8 +157,7 @@ def bench(path, model: LoadedModel, config=None, points=100_000, repeat=5, threa
         numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     elif config is not None and config.engine.threads:
         numba.set_num_threads(min(config.engine.threads, numba.config.NUMBA_NUM_THREADS))
-    derivatives, mode, values = requests(model, config)
-    math = config.engine.math if config is not None else "vector"
+    derivatives, mode, values, math = requests(model, config)
     try:
         inputs = sampled_inputs(model, config, points, seed)
         timings = time_kernels(model, inputs, derivatives, mode, values, repeat, math)

@@ -18,24 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeError
-from ..core import current
-from ..op import Op, opaque_elements, register
-from ..rules import Rule, lift, no_derivative
+from ..op import Numerics, Op, opaque_elements, register
+from ..rules import Rule, emit, lift, no_derivative
 
-
-class _Numerics:
-    """engine/numeric/linalg.py (compiled with numba), imported on first use."""
-
-    def __getattr__(self, name):
-        from ...numeric import linalg
-        return getattr(linalg, name)
-
-
-num = _Numerics()
-
-
-def emit(op, *args, **attrs):
-    return current().emit(op, *args, **attrs)
+num = Numerics("linalg")
 
 
 def _square(name, s):

@@ -30,7 +30,7 @@ import numpy as np
 
 from ...errors import ShapeError, SpecError
 from ..core import current
-from ..op import Op, opaque_elements, register
+from ..op import Numerics, Op, opaque_elements, register
 from ..rules import Rule, Unsupported, lift, no_derivative
 
 # the scalar functions of matfun, coded as engine/numeric/spectral.py codes them (that module compiles
@@ -50,15 +50,7 @@ def emit(op, *args, **attrs):
     return current().emit(op, *args, **attrs)
 
 
-class _Numerics:
-    """engine/numeric/spectral.py, imported on first use."""
-
-    def __getattr__(self, name):
-        from ...numeric import spectral
-        return getattr(spectral, name)
-
-
-num = _Numerics()
+num = Numerics("spectral")
 
 
 def _matrix(name, s):
@@ -272,8 +264,6 @@ def _lower(call, n_out, setup=None):
 
 def _p(ctx, e):
     return ctx.read(e.args[2], (), [])
-
-
 
 
 def _symmetric(b, e, xs):
