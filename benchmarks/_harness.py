@@ -90,7 +90,7 @@ def print_first_calls(timed, compile_s):
 
 def environment():
     return (f"numba {numba.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
-            f"threading layer {numba.threading_layer()}, threads {numba.get_num_threads()}, "
+            f"threads {numba.get_num_threads()}, "
             f"SVML {numba.config.USING_SVML}, {platform.processor() or platform.machine()}")
 
 

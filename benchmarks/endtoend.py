@@ -158,8 +158,8 @@ def main():
             assert np.array_equal(f["E"][()], outs["E"].astype(args.dtype))
             assert np.array_equal(f["dE_dx"][-1000:], outs["dE_dx"][-1000:].astype(args.dtype))
 
-        print(f"EAM, N = {N}, M = {args.points:,} points, chunk {args.chunk}, {args.dtype} output, {threads} compute threads "
-              f"({summary.threading_layer}), {args.repeats} repeats")
+        print(f"EAM, N = {N}, M = {args.points:,} points, chunk {args.chunk}, {args.dtype} output, {threads} compute threads, "
+              f"{args.repeats} repeats")
         print("| path | seconds (median) | spread | points/s | / compute only | CPU seconds (median) |")
         print("|---|---:|---:|---:|---:|---:|")
         base = statistics.median(w for w, _ in times["compute only"])

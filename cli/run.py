@@ -49,7 +49,7 @@ class Size(click.ParamType):
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on when stderr is a terminal).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
-@click.option("-v", "--verbose", is_flag=True, help="Also print timings per phase and the threading layer.")
+@click.option("-v", "--verbose", is_flag=True, help="Also print timings per phase.")
 @reports_errors
 def run(config, threads, chunk, memory, output, shard, resume, trust_input, overwrite, progress, quiet, verbose):
     """Compute the config's outputs and derivatives for every point of its input file.
@@ -93,7 +93,6 @@ def run(config, threads, chunk, memory, output, shard, resume, trust_input, over
         overlap = (t["read"] + t["compute"] + t["write"]) / max(summary.seconds - t["compile"], 1e-9)
         click.echo("timings: " + ", ".join(f"{k} {v:.3f} s" for k, v in t.items())
                    + f"; overlap {overlap:.2f}x (read + compute + write over wall time after compile)", err=True)
-        click.echo(f"threading layer: {summary.threading_layer}; threads: {summary.threads}", err=True)
 
 
 class ProgressBar:

@@ -4,14 +4,19 @@
 `compute` is the lean one the job calls per chunk: rows already laid out, one workspace per job, no
 checks and no allocation.
 
-A call on fewer than `serial_below` points (or with threads=1) runs on the calling thread with no
-parallel launch, which costs tens of microseconds on idle cores and milliseconds on busy ones; its
-results are the same bits (each point is the same point function's). Results whose arrays are not
-C-contiguous rows (a caller's layout, e.g. the point axis last) go through the `strided` driver,
-which writes them in place through small per-thread row buffers.
+The compiled drivers compute a range of rows on the calling thread and release the GIL; `run_blocks`
+runs them on numba.get_num_threads() threads (the calling thread and a pool), block by block. A call
+on fewer than `serial_below` points (or with threads=1) runs on the calling thread alone, as waking
+the pool costs tens of microseconds on idle cores and milliseconds on busy ones; its results are the
+same bits (each point is the same point function's). Results whose arrays are not C-contiguous rows
+(a caller's layout, e.g. the point axis last) go through the `strided` driver, which writes them in
+place through small per-thread row buffers.
 """
 from __future__ import annotations
 
+import itertools
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numba
@@ -23,6 +28,7 @@ from .ir.core import Graph
 from .numeric.exactsum import ExactSum
 
 SERIAL_BELOW = 1024         # points: a call on fewer runs serially on the calling thread
+MIN_BLOCK = 64              # rows per block handed to a thread: far above a driver call's ~1 us
 NO_FLAGS = np.empty(0, dtype=np.bool_)      # the drivers' `bad` when no point is to be checked
 
 
@@ -111,9 +117,9 @@ class CompiledKernel:
         if all(outputs[n].flags.c_contiguous for n in names):
             rows = [input_rows(inputs[n], v.size) for n, v in self.graph.inputs.items()]
             outs = [outputs[n].reshape(m, max(1, v.size)) for n, v in self.graph.outputs.items()]
-            return self._call(self.module.batch, (*rows, *self.param_rows(params), *outs, workspace, flags),
-                              len(workspace) == 1)
-        args, bufs, views = [m], [], []
+            args = (*rows, *self.param_rows(params), *outs)
+            return self._call(self.module.batch, m, [(*args, work, flags) for work in workspace])
+        args, bufs, views = [], [], []
         for n, v in self.graph.inputs.items():
             size = max(1, v.size)
             args += strided(inputs[n], m, size) or strided(input_rows(inputs[n], size), m, size)
@@ -124,21 +130,17 @@ class CompiledKernel:
         for n, v in self.graph.outputs.items():
             args += strided(outputs[n], m, max(1, v.size), output=True)
             bufs.append(np.empty((len(workspace), STRIDED_BLOCK, max(1, v.size))))
-        self._call(self.module.strided, (*args, workspace, *bufs, *views, flags), len(workspace) == 1)
+        self._call(self.module.strided, m, [(*args, work, *(b[w] for b in bufs), *(v[w] for v in views), flags)
+                                            for w, work in enumerate(workspace)])
 
-    def _call(self, driver, args, serial):
-        """driver(*args); serial (one workspace row): on the calling thread alone. numba launches a
-        parallel region on one thread in about a microsecond, on all of them in tens of microseconds
-        (idle cores) to milliseconds (cores busy with other work)."""
-        compiled, threads = len(driver.overloads), numba.get_num_threads()
-        serial = serial and threads > 1
-        if serial:
-            numba.set_num_threads(1)
-        try:
-            driver(*args)
-        finally:
-            if serial:
-                numba.set_num_threads(threads)
+    def _call(self, driver, m, args):
+        """driver(lo, hi, *args[w]) over blocks of the rows [0, m), args[w] being worker w's (its
+        workspace row and buffers): on the calling thread alone for one worker, else run_blocks."""
+        compiled = len(driver.overloads)
+        if len(args) == 1 or m <= MIN_BLOCK:
+            driver(0, m, *args[0])
+        else:
+            run_blocks(lambda w, lo, hi: driver(lo, hi, *args[w]), m, min(len(args), numba.get_num_threads()))
         if len(driver.overloads) != compiled:      # this call compiled (or loaded) code: record its sums
             seal(self.module)
 
@@ -211,6 +213,38 @@ class CompiledKernel:
                 rows = targets[name] = np.empty(full)
                 finish.append(lambda dst=dst, rows=rows: dst.__setitem__(Ellipsis, rows))
         return results, targets, finish
+
+
+_pools = {}     # (pid, size) -> threads that run_blocks adds to the calling one (a forked child has none)
+
+
+def run_blocks(call, m, workers):
+    """call(w, lo, hi) for blocks of rows [lo, hi) covering [0, m) once, on `workers` threads, w being
+    the thread's index (0: the calling thread). Each takes the next block from a shared counter until
+    none is left, so a thread slowed by other work on its core does less of the work instead of
+    holding the others up."""
+    key = (os.getpid(), workers - 1)
+    if key not in _pools:
+        _pools[key] = ThreadPoolExecutor(workers - 1, thread_name_prefix="adgrad-kernel")
+    block = max(MIN_BLOCK, m // (64 * workers))
+    starts, failed = itertools.count(0, block), []      # next(starts) is atomic under the GIL
+
+    def work(w):
+        try:
+            for lo in starts:
+                if lo >= m or failed:
+                    return
+                call(w, lo, min(m, lo + block))
+        except BaseException:
+            failed.append(w)            # the others stop at their next block
+            raise
+
+    others = [_pools[key].submit(work, w) for w in range(1, workers)]
+    try:
+        work(0)
+    finally:
+        for f in others:                # every block is finished before the arrays are handed back
+            f.result()
 
 
 def _sum_into(dst, rows):

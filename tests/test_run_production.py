@@ -479,11 +479,11 @@ def test_float32_output_counts_overflow_as_non_finite(tmp_path):
         assert np.isinf(f["E"][[5, 100]]).all()
 
 
-def test_verbose_reports_phases_and_threading_layer(job, tmp_path):
+def test_verbose_reports_phases_and_threads(job, tmp_path):
     cfg, _ = job
     result = invoke("run", cfg, "-o", tmp_path / "o.h5", "-v", "--threads", 1)
     assert result.exit_code == 0, result.output
-    for word in ("compile", "read", "compute", "write", "wait", "threading layer:", "threads: 1"):
+    for word in ("compile", "read", "compute", "write", "wait", "threads: 1"):
         assert word in result.stderr
     result = invoke("run", cfg, "-o", tmp_path / "q.h5", "-q", "--progress")
     assert result.exit_code == 0 and result.output == ""

@@ -42,7 +42,6 @@ class Summary:
     nan_points: int
     output: str
     threads: int
-    threading_layer: str
     timings: dict = field(default_factory=dict)
 
     @property
@@ -190,7 +189,7 @@ def _run(config, model, kernel, reader, out_path, resuming, part, req, should_st
         out.close()
     timings = {"compile": t_compile, **outcome.timings.as_dict()}
     return Summary(plan.rows, outcome.points, time.perf_counter() - t_start, kernel.modes, out.nan_points,
-                   out_path, threads, numba.threading_layer(), timings)
+                   out_path, threads, timings)
 
 
 def _chunk(config, kernel, req):
