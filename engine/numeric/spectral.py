@@ -29,14 +29,16 @@ MAX_SWEEPS = 50                  # Jacobi converges quadratically: 3x3 takes 4 t
 
 @njit(inline="always", error_model="numpy")
 def _rotate(app, aqq, apq):
-    """The Jacobi rotation that zeroes a_pq: (t, s, tau) of Numerical Recipes' jacobi."""
+    """The Jacobi rotation that zeroes a_pq: (t, s, tau) of Numerical Recipes' jacobi, with r = 1/c =
+    sqrt(1 + t^2) so that s = t/r and tau = s/(1 + c) = t/(1 + r) are two independent divisions. A rotation
+    is made only when |a_pq| > 1e-18 (|a_pp| + |a_qq|) (_small), so |theta| < 1e18 and sqrt(1 + theta^2)
+    cannot overflow: hypot's care is not needed (it took a third of eigh3's time)."""
     theta = 0.5 * (aqq - app) / apq
-    t = 1.0 / (abs(theta) + math.hypot(1.0, theta))
+    t = 1.0 / (abs(theta) + math.sqrt(1.0 + theta * theta))
     if theta < 0.0:
         t = -t
-    c = 1.0 / math.sqrt(1.0 + t * t)
-    s = t * c
-    return t, s, s / (1.0 + c)
+    r = math.sqrt(1.0 + t * t)
+    return t, t / r, t / (1.0 + r)
 
 
 @njit(inline="always", error_model="numpy")
