@@ -124,7 +124,7 @@ CASES.update({
     "trfun": lambda b, v: b.emit("add", _spectral("trfun", "s", kind=0)(b, v), _spectral("trfun", "s", kind=2)(b, v)),
     "matfun_d2": _spectral("matfun_d2", lambda b, v: b.const(0.5), "B", "S", kind=0),
     # formed by engine/opt/spectral.py: divided differences as a value, and matfun_d1 taking them
-    "divdiff": _spectral("divdiff", "s", kind=0),
+    "divdiff": lambda b, v: b.emit("add", _spectral("divdiff", "s", kind=0)(b, v), _shared_divdiff(b, v)),
     "eig_d1": _spectral("eig_d1", lambda b, v: b.emit("getitem", v["x"], index=((0, 6, 1),)), "B"),
     # det and inv above 4x4 (engine/ir/ops/linalg.py): Q transposed, so the factorization reads a strided view
     "lu": lambda b, v: b.emit("lu", b.emit("transpose", v["Q"], perm=(1, 0))),
@@ -133,6 +133,17 @@ CASES.update({
     "lu_adj": lambda b, v: b.emit("add", _adj(v["Q"]), _adj(b.emit("select", b.emit(
         "eq", b.emit("array", data=tuple(float(k % 5 == 2) for k in range(25)), shape=(5, 5)), 1.0), 0.0, v["Q"]))),
 })
+
+
+def _shared_divdiff(b, v):
+    """divdiff of x**s with the powers and the log1p of the eigenvalue gaps given, as engine/opt/spectral.py
+    forms it."""
+    s, e = v["S"], b.emit("eigh3", v["S"])
+    lam = b.emit("eigvalsh", s, e)
+    x = [b.emit("getitem", lam, index=(k,)) for k in range(3)]
+    lo, hi = b.emit("pack", x[0], x[0], x[1], shape=(3,)), b.emit("pack", x[1], x[2], x[2], shape=(3,))
+    gaps = b.emit("log1p", b.emit("div", b.emit("sub", lo, hi), hi))
+    return b.emit("divdiff", s, e, v["s"], b.emit("pow", lam, v["s"]), gaps, kind=0)
 
 
 def _adj(q):

@@ -229,13 +229,50 @@ def trfun(e, kind, p):
     return fder(kind, p, 0, e[0]) + fder(kind, p, 0, e[1]) + fder(kind, p, 0, e[2])
 
 
+TINY, HUGE = 2.2250738585072014e-308, 1.7976931348623157e308     # the normal doubles' range
+
+
+@njit(inline="always", error_model="numpy")
+def _deriv_from(kind, p, x, fx):
+    """_deriv(kind, p, x) from fx = f(x): x**(p - 1) = x**p / x (one rounding more than pow's) unless x = 0
+    or x**p is not a normal number (then pow: 0**p / 0 is no value of 0**(p - 1))."""
+    if kind == EXP:
+        return fx, 0.0
+    if kind == LOG:
+        return 1.0 / x, 0.0
+    q = fx / x if x != 0.0 and TINY <= abs(fx) <= HUGE else x ** (p - 1.0)
+    return (0.0 if p == 0.0 else p * q), q
+
+
+@njit(inline="always", error_model="numpy")
+def _dd1_shared(kind, p, a, b, fa, fb, qb, ga, gb, lg):
+    """_dd1 with f(a) = ga, f(b) = gb and lg = log1p((a - b)/b) given (shared by the functions of one matrix):
+    the same expressions, no pow, log or log1p of its own."""
+    if a == b or kind == EXP:
+        return _dd1(kind, p, a, b, fa, fb, qb)
+    d = a - b
+    if abs(d) <= 0.5 * max(abs(a), abs(b)):
+        if kind == LOG:
+            return lg / d
+        return qb * np.expm1(p * lg) / (d / b)
+    return (ga - gb) / d
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def matfun_dd1(e, kind, p):
-    """The first divided differences f[lam_i, lam_j] as (00, 11, 22, 01, 02, 12)."""
+def matfun_dd1(e, kind, p, t=None, g=None):
+    """The first divided differences f[lam_i, lam_j] as (00, 11, 22, 01, 02, 12). With t = f(lam) and g =
+    log1p((lam_i - lam_j)/lam_j) for the pairs 01, 02, 12 given (what the functions of one matrix share,
+    engine/opt/spectral.py), the same values without a pow, log, exp or log1p of its own."""
     l0, l1, l2 = e[0], e[1], e[2]
-    (f0, _), (f1, q1), (f2, q2) = _deriv(kind, p, l0), _deriv(kind, p, l1), _deriv(kind, p, l2)
-    return f0, f1, f2, _dd1(kind, p, l0, l1, f0, f1, q1), _dd1(kind, p, l0, l2, f0, f2, q2), \
-        _dd1(kind, p, l1, l2, f1, f2, q2)
+    if t is None or g is None:
+        (f0, _), (f1, q1), (f2, q2) = _deriv(kind, p, l0), _deriv(kind, p, l1), _deriv(kind, p, l2)
+        return f0, f1, f2, _dd1(kind, p, l0, l1, f0, f1, q1), _dd1(kind, p, l0, l2, f0, f2, q2), \
+            _dd1(kind, p, l1, l2, f1, f2, q2)
+    (f0, _), (f1, q1), (f2, q2) = _deriv_from(kind, p, l0, t[0]), _deriv_from(kind, p, l1, t[1]), \
+        _deriv_from(kind, p, l2, t[2])
+    return f0, f1, f2, _dd1_shared(kind, p, l0, l1, f0, f1, q1, t[0], t[1], g[0]), \
+        _dd1_shared(kind, p, l0, l2, f0, f2, q2, t[0], t[2], g[1]), \
+        _dd1_shared(kind, p, l1, l2, f1, f2, q2, t[1], t[2], g[2])
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

@@ -14,7 +14,9 @@ matfun_d1(A, E, p, B; kind)     dF[B] for each leading index of B (any leading a
                                 cotangents have): its own transpose, so both modes use it.
 matfun_d2(A, E, p, B, C; kind)  d2F[B, C], B's and C's leading axes broadcast; the last derivative
                                 given (a third one of a spectral function is refused).
-divdiff(A, E, p; kind) -> (6,)  the divided differences f[lam_i, lam_j] matfun_d1 multiplies by.
+divdiff(A, E, p[, T, G]; kind)  the divided differences f[lam_i, lam_j] (6,) matfun_d1 multiplies by. Given
+                                T = f(lam) and G = log1p((lam_i - lam_j)/lam_j) for ij = 01, 02, 12 (both (3,)),
+                                they are formed from them, without a pow, log, exp or log1p of their own.
 eig_d1(A, E, g, B)              matfun_d1 with the divided differences g given: sum_t s_t matfun_d1(.., p_t, B)
                                 is eig_d1(.., sum_t s_t divdiff(.., p_t), B). engine/opt/spectral.py forms
                                 both after differentiation (neither is differentiated).
@@ -110,6 +112,18 @@ def _d2_np(a, e, p, b, c, kind):
 
 def _eig_d1_np(a, e, g, b):
     return _each(lambda x: num.matfun_d1(tuple(e), tuple(g), x), b.shape[:-2], (3, 3), b)
+
+
+def _divdiff_shape(shapes, dtypes, kind):
+    _shape("divdiff", lambda s: ())(shapes[:3], dtypes[:3])
+    if len(shapes) not in (3, 5) or any(tuple(s) != (3,) for s in shapes[3:]):
+        raise ShapeError(f"divdiff: f of the 3 eigenvalues and the 3 log1p of their gaps, or neither, got shapes "
+                         f"{[tuple(s) for s in shapes[3:]]}")
+    return (6,), "f8"
+
+
+def _divdiff_np(a, e, p, *t, kind):
+    return np.array(num.matfun_dd1(tuple(e), kind, float(p), *(tuple(x) for x in t)))
 
 
 def _eig_d1_shape(shapes, dtypes):
@@ -306,15 +320,15 @@ def _d1_lower(dd):
 
 
 def _dd1_call(ctx, e, ev):
-    return f"__matfun_dd1({ev}, {e.attr('kind')}, {_p(ctx, e)})"
+    t = "".join(f", {_tuple(ctx, x, (), [], 3)}" for x in e.args[3:]) if e.op == "divdiff" else ""
+    return f"__matfun_dd1({ev}, {e.attr('kind')}, {_p(ctx, e)}{t})"
 
 
 register(Op("matfun_d1", "structural", _shape("matfun_d1", lambda s, kind: tuple(s[3])), _d1_np,
             Rule(_d1_jvp, _d1_vjp), _d1_lower(_dd1_call), _cost(70, 60), scalar=_symmetric,
             helpers=("spectral.matfun_dd1", "spectral.matfun_d1")))
 # formed after differentiation by engine/opt/spectral.py, which merges linear combinations of matfun_d1
-register(Op("divdiff", "structural", _shape("divdiff", lambda s, kind: (6,)),
-            lambda a, e, p, kind: np.array(num.matfun_dd1(tuple(e), kind, float(p))), _refused(MERGED),
+register(Op("divdiff", "structural", _divdiff_shape, _divdiff_np, _refused(MERGED),
             _lower(lambda ctx, e, ev, pre, lead, ls: _dd1_call(ctx, e, ev), 6), lambda e: 30, scalar=opaque_elements,
             helpers=("spectral.matfun_dd1",)))
 register(Op("eig_d1", "structural", _eig_d1_shape, _eig_d1_np, _refused(MERGED),
