@@ -19,7 +19,7 @@ Overhead: evaluate({"F": F}, out=buffers) of neo_hooke's P+A kernel at 1, 16, 25
 per call (point-first rows), against the kernel's compute alone (its driver called directly with the
 arrays prepared, with the thread count evaluate uses: one below serial_below = 1024 points); the
 difference is evaluate's own cost. "always parallel" is evaluate with serial_below = 0: every call
-hands its rows to all threads (engine/kernel.py run_blocks), as every call did before the serial path.
+runs on all threads (engine/kernel.py run_threads), as every call did before the serial path.
 
     python benchmarks/felupe_material.py              # 65,536 cells x 8 points = 524,288 points
     python benchmarks/felupe_material.py --quick      # 8,192 cells x 8 points
@@ -37,7 +37,7 @@ import numpy as np
 
 from _harness import SPREAD_NOTE, check_error, environment, start, time_calls
 from adgrad.engine import compile_model, load_model
-from adgrad.engine.kernel import NO_FLAGS, run_blocks
+from adgrad.engine.kernel import NO_FLAGS, run_threads
 from adgrad.felupe import Material, trailing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,13 +127,12 @@ def overhead_table(kernel, threads):
         F_rows = np.ascontiguousarray(F.reshape(m, 9))
         F_rows.flags.writeable = False
         args = (F_rows, *kernel.param_rows(), *[out[n].reshape(m, -1) for n in kernel.graph.outputs])
-        batch = kernel.module.batch
-        if workers == 1:
-            compute = median_call(lambda: batch(0, m, *args, ws[0], NO_FLAGS))
-        else:
-            def blocks(w, lo, hi):
-                batch(lo, hi, *args, ws[w], NO_FLAGS)
-            compute = median_call(lambda: run_blocks(blocks, m, workers))
+        batch, block = kernel.module.batch, m if workers == 1 else max(16, m // (64 * workers))
+
+        def compute_alone():
+            next_row = np.zeros(1, np.int64)
+            run_threads(lambda w: batch(next_row, block, *args, ws[w], NO_FLAGS), workers)
+        compute = median_call(compute_alone)
         rows_out.append((m, evaluate, compute, parallel))
     return rows_out
 

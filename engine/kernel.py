@@ -4,8 +4,8 @@
 `compute` is the lean one the job calls per chunk: rows already laid out, one workspace per job, no
 checks and no allocation.
 
-The compiled drivers compute a range of rows on the calling thread and release the GIL; `run_blocks`
-runs them on numba.get_num_threads() threads (the calling thread and a pool), block by block. A call
+The compiled drivers release the GIL; `run_threads` runs one on numba.get_num_threads() threads at
+once (the calling thread and a pool), each taking blocks of rows from a shared counter. A call
 on fewer than `serial_below` points (or with threads=1) runs on the calling thread alone, as waking
 the pool costs tens of microseconds on idle cores and milliseconds on busy ones; its results are the
 same bits (each point is the same point function's). Results whose arrays are not C-contiguous rows
@@ -14,7 +14,6 @@ place through small per-thread row buffers.
 """
 from __future__ import annotations
 
-import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from .ir.core import Graph
 from .numeric.exactsum import ExactSum
 
 SERIAL_BELOW = 1024         # points: a call on fewer runs serially on the calling thread
-MIN_BLOCK = 64              # rows per block handed to a thread: far above a driver call's ~1 us
+MIN_BLOCK = 16              # rows per block a thread takes (m / (64 * threads) for large m)
 NO_FLAGS = np.empty(0, dtype=np.bool_)      # the drivers' `bad` when no point is to be checked
 
 
@@ -119,7 +118,7 @@ class CompiledKernel:
             outs = [outputs[n].reshape(m, max(1, v.size)) for n, v in self.graph.outputs.items()]
             args = (*rows, *self.param_rows(params), *outs)
             return self._call(self.module.batch, m, [(*args, work, flags) for work in workspace])
-        args, bufs, views = [], [], []
+        args, bufs, views = [m], [], []
         for n, v in self.graph.inputs.items():
             size = max(1, v.size)
             args += strided(inputs[n], m, size) or strided(input_rows(inputs[n], size), m, size)
@@ -134,13 +133,13 @@ class CompiledKernel:
                                             for w, work in enumerate(workspace)])
 
     def _call(self, driver, m, args):
-        """driver(lo, hi, *args[w]) over blocks of the rows [0, m), args[w] being worker w's (its
-        workspace row and buffers): on the calling thread alone for one worker, else run_blocks."""
-        compiled = len(driver.overloads)
-        if len(args) == 1 or m <= MIN_BLOCK:
-            driver(0, m, *args[0])
-        else:
-            run_blocks(lambda w, lo, hi: driver(lo, hi, *args[w]), m, min(len(args), numba.get_num_threads()))
+        """driver(next_row, block, *args[w]) on each thread w, args[w] being its arguments (its
+        workspace row and buffers): the calling thread alone takes all m rows as one block when there
+        is one workspace row, else run_threads."""
+        compiled, next_row = len(driver.overloads), np.zeros(1, dtype=np.int64)
+        workers = 1 if len(args) == 1 else min(len(args), numba.get_num_threads())
+        block = m if workers == 1 else max(MIN_BLOCK, m // (64 * workers))
+        run_threads(lambda w: driver(next_row, block, *args[w]), workers)
         if len(driver.overloads) != compiled:      # this call compiled (or loaded) code: record its sums
             seal(self.module)
 
@@ -215,35 +214,22 @@ class CompiledKernel:
         return results, targets, finish
 
 
-_pools = {}     # (pid, size) -> threads that run_blocks adds to the calling one (a forked child has none)
+_pools = {}     # (pid, size) -> threads that run_threads adds to the calling one (a forked child has none)
 
 
-def run_blocks(call, m, workers):
-    """call(w, lo, hi) for blocks of rows [lo, hi) covering [0, m) once, on `workers` threads, w being
-    the thread's index (0: the calling thread). Each takes the next block from a shared counter until
-    none is left, so a thread slowed by other work on its core does less of the work instead of
-    holding the others up."""
+def run_threads(call, workers):
+    """call(w) on `workers` threads at once, w = 0 .. workers - 1 (0: the calling thread; the others
+    from a pool), returning when every one has; an exception of any reaches the caller."""
+    if workers == 1:
+        return call(0)
     key = (os.getpid(), workers - 1)
     if key not in _pools:
         _pools[key] = ThreadPoolExecutor(workers - 1, thread_name_prefix="adgrad-kernel")
-    block = max(MIN_BLOCK, m // (64 * workers))
-    starts, failed = itertools.count(0, block), []      # next(starts) is atomic under the GIL
-
-    def work(w):
-        try:
-            for lo in starts:
-                if lo >= m or failed:
-                    return
-                call(w, lo, min(m, lo + block))
-        except BaseException:
-            failed.append(w)            # the others stop at their next block
-            raise
-
-    others = [_pools[key].submit(work, w) for w in range(1, workers)]
+    others = [_pools[key].submit(call, w) for w in range(1, workers)]
     try:
-        work(0)
+        call(0)
     finally:
-        for f in others:                # every block is finished before the arrays are handed back
+        for f in others:                # every thread is done before the arrays are handed back
             f.result()
 
 

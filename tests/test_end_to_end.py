@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import h5py
@@ -16,7 +17,7 @@ from click.testing import CliRunner
 
 from adgrad.cli.main import cli
 from adgrad.engine import compile_model, load_model
-from adgrad.engine.kernel import run_blocks
+from adgrad.engine.kernel import run_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "eam.yaml"
@@ -205,14 +206,14 @@ def test_evaluate_flags_points_with_nonfinite_inputs_or_results(model_from_text)
     assert np.flatnonzero(flags).tolist() == [3, 5, 6]
 
 
-@pytest.mark.parametrize("m", [0, 1, 15, 64, 65, 2 * 64 * 64 + 3, 20_011])
+@pytest.mark.parametrize("m", [0, 1, 15, 16, 17, 2 * 64 * 16 + 3, 20_011])
 def test_batch_driver_computes_every_row_once_for_any_size(model_from_text, m):
-    """Threads take blocks of rows from a shared counter (kernel.run_blocks: at least 64 rows, m / (64 *
-    threads) for large m): sizes around a block and a prime are computed row for row like numpy, into
+    """Threads take blocks of rows from a shared counter (at least 16 rows, m / (64 * threads) for
+    large m): sizes around a block and a prime are computed row for row like numpy, into
     outputs prefilled with NaN, with the same bits for 1 and 2 threads, and flagged only where asked."""
     model = model_from_text("adgrad: 1\ninputs:\n  x: {shape: [2]}\noutputs:\n  E: x[0] * exp(x[1])\n", "blocks")
     kernel = compile_model(model, [("E", "x")], mode="forward")
-    kernel.serial_below = 0                 # every size through run_blocks on 2 threads
+    kernel.serial_below = 0                 # every size on 2 threads
     x = np.random.default_rng(m).standard_normal((m, 2))
     x[m // 2:m // 2 + 1, 0] = np.inf if m else 0.0
     results = []
@@ -230,7 +231,7 @@ def test_batch_driver_computes_every_row_once_for_any_size(model_from_text, m):
 
 def test_threads_work_in_a_forked_child_and_errors_reach_the_caller(model_from_text):
     """A child forked after the parent's calls used the pool (whose threads it does not inherit) makes
-    its own and finishes; an exception in a block reaches the caller once every thread has stopped."""
+    its own and finishes; an exception in a thread reaches the caller once every thread has stopped."""
     import multiprocessing
     model = model_from_text("adgrad: 1\ninputs:\n  x: {shape: [2]}\noutputs:\n  E: x[0] * exp(x[1])\n", "fork")
     kernel = compile_model(model, [("E", "x")])
@@ -243,12 +244,13 @@ def test_threads_work_in_a_forked_child_and_errors_reach_the_caller(model_from_t
     if child.is_alive():
         child.kill()
     assert child.exitcode == 0, "the forked child hung or computed other values"
-    calls = []
+    finished = []
 
-    def block(w, lo, hi):
-        calls.append((lo, hi))
-        if lo >= 64 * 3:
-            raise RuntimeError("block failed")
-    with pytest.raises(RuntimeError, match="block failed"):
-        run_blocks(block, 64 * 100, 2)
-    assert len(calls) < 100                 # the threads stopped taking blocks
+    def call(w):
+        if w == 1:
+            raise RuntimeError("thread 1 failed")
+        time.sleep(0.2)
+        finished.append(w)
+    with pytest.raises(RuntimeError, match="thread 1 failed"):
+        run_threads(call, 2)
+    assert finished == [0]                  # raised after the calling thread's share was done

@@ -256,7 +256,8 @@ def results():
             outs = {n: np.empty((POINTS, max(1, v.size))) for n, v in compiled_graph.outputs.items()}
             rows = [np.ascontiguousarray(pts[n].reshape(POINTS, -1)) for n in compiled_graph.inputs]
             params = [np.ascontiguousarray(PARAMS[n].ravel()) for n in compiled_graph.params]
-            mod.batch(0, POINTS, *rows, *params, *outs.values(), np.zeros(max(1, work)), np.empty(0, np.bool_))
+            mod.batch(np.zeros(1, np.int64), POINTS, *rows, *params, *outs.values(), np.zeros(max(1, work)),
+                      np.empty(0, np.bool_))
             with np.errstate(all="ignore"):
                 want = [interpret(graph, {n: p[i] for n, p in pts.items()}, PARAMS) for i in range(POINTS)]
             cache[fam, form] = ({n: o.reshape((POINTS,) + graph.outputs[n].shape) for n, o in outs.items()},

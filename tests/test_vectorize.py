@@ -191,7 +191,7 @@ def test_a_loop_writing_many_arrays_keeps_libm():
 
 def run(mod, x, y, names):
     outs = {n: np.empty(x.shape) for n in names}
-    mod.batch(0, len(x), x, y, *outs.values(), np.zeros(64), np.empty(0, np.bool_))
+    mod.batch(np.zeros(1, np.int64), len(x), x, y, *outs.values(), np.zeros(64), np.empty(0, np.bool_))
     return outs
 
 

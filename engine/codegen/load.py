@@ -27,20 +27,29 @@ import numpy as np
 from numba import njit
 '''
 # the numeric helpers the ops' lowerings call, and the batch drivers' own
-HELPERS = tuple(dict.fromkeys([h for op in OPS.values() for h in op.helpers] + ["nonfinite"]))
+HELPERS = tuple(dict.fromkeys([h for op in OPS.values() for h in op.helpers] + ["nonfinite", "fetch_add"]))
 
-# The drivers compute the rows [lo, hi) on the calling thread; engine/kernel.py's run_blocks hands
-# blocks of rows to threads, as the GIL is released here (nogil). They are serial functions because
-# numba's parallel (parfor) lowering cost 0.5-0.6 s of every cold compile.
+# A driver is a serial function that every thread of a call runs at once (engine/kernel.py
+# run_threads; the GIL is released here): each takes the next block of rows from the shared counter
+# next_row[0] until none is left, so a thread slowed by other work on its core does less of the work
+# instead of holding the others up, and no thread needs the GIL between blocks. Not a parfor: numba's
+# parallel lowering cost 0.5-0.6 s of every cold compile.
+BLOCKS = '''
+    lo = __fetch_add(next_row, block)
+    while lo < m:
+        hi = min(m, lo + block)
+{body}
+        lo = __fetch_add(next_row, block)
+'''
 DRIVER = '''
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def {name}(lo, hi, {rows}, work, bad):
-    """Rows [lo, hi) of every array, with the workspace row `work` (one per thread).{doc}"""
-    check = bad.shape[0] > 0
-    for i in range(lo, hi):
-        point({row_args}, work){check}
-'''
+def {name}(next_row, block, {rows}, work, bad):
+    """Blocks of rows of every array, with this thread's workspace row `work`.{doc}"""
+    m = {first}.shape[0]
+    check = bad.shape[0] > 0''' + BLOCKS.replace("{body}", '''\
+        for i in range(lo, hi):
+            point({row_args}, work){check}''')
 # The strided drivers take each per-point array a as (a, a_n, a_sk, a_si): a flat float64 view of its
 # memory from its first entry, the entries per point, and the element strides between a point's
 # entries and between points: entry k of point i is a[k * a_sk + i * a_si] (kernel.py's `strided`).
@@ -48,20 +57,19 @@ STRIDED_BLOCK = 32     # rows per gather/compute/scatter step: row buffers of a 
 STRIDED = '''
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def {name}(lo, hi, {sargs}, work, {bufs}, bad):
+def {name}(next_row, block, m, {sargs}, work, {bufs}, bad):
     """As batch, for per-point arrays in any layout whose entries of a point are equally spaced
-    (e.g. a caller's array with the point axis last). Rows move {block} at a time through the calling
+    (e.g. a caller's array with the point axis last). Rows move {step} at a time through this
     thread's row buffers, b_<array> (and r_<input>, a read-only view of b_<input>, so that `point` is
     called with the argument types batch calls it with): gather the inputs' entries, call point per
     row, scatter the results; no array of the whole size is copied.{doc}"""
-    check = bad.shape[0] > 0
-    for s in range(lo, hi, {block}):
-        n = min(hi, s + {block}) - s
+    check = bad.shape[0] > 0''' + BLOCKS.replace("{body}", '''\
+        for s in range(lo, hi, {step}):
+            n = min(hi, s + {step}) - s
 {gather}
-        for b in range(n):
-            point({buf_args}, work){check}
-{scatter}
-'''
+            for b in range(n):
+                point({buf_args}, work){check}
+{scatter}''')
 CHECK_DOC = '''
     bad: empty, or bad[i] is set to whether row i of an input or a result holds a NaN or an infinity,
     checked while the row is still in cache (a separate pass over the chunk would read it all from
@@ -102,7 +110,7 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point, 
     first = next(a for a, pp in zip(point_args, per_point) if pp)
     checks = " | ".join(f"__nonfinite({a}[i])" for a, pp in zip(point_args, per_point) if pp)
     common = dict(rows=", ".join(rows), first=first, row_args=row_args)
-    check = f"\n        if check:\n            bad[i] = {checks}"
+    check = f"\n            if check:\n                bad[i] = {checks}"
     src += DRIVER.format(name="batch", doc=CHECK_DOC, check=check, **common)
     src += _strided("strided", point_args, per_point)
     return src
@@ -122,13 +130,13 @@ def _strided(name, point_args, per_point):
     def move(a):
         buf, arr = f"b_{a}[b, k]", f"{a}[k * {a}_sk + (s + b) * {a}_si]"
         dst, src = (buf, arr) if a in ins else (arr, buf)
-        return f"{' ' * 8}for k in range({a}_n):\n{' ' * 12}for b in range(n):\n{' ' * 16}{dst} = {src}"
+        return f"{' ' * 12}for k in range({a}_n):\n{' ' * 16}for b in range(n):\n{' ' * 20}{dst} = {src}"
     checks = " | ".join(f"__nonfinite({'r' if a in ins else 'b'}_{a}[b])" for a in arrays)
-    return STRIDED.format(name=name, sargs=sargs, bufs=bufs, buf_args=buf_args, block=STRIDED_BLOCK,
-                          gather="\n".join(move(a) for a in ins) or " " * 8 + "pass",
-                          scatter="\n".join(move(a) for a in arrays if a not in ins) or " " * 8 + "pass",
+    return STRIDED.format(name=name, sargs=sargs, bufs=bufs, buf_args=buf_args, step=STRIDED_BLOCK,
+                          gather="\n".join(move(a) for a in ins) or " " * 12 + "pass",
+                          scatter="\n".join(move(a) for a in arrays if a not in ins) or " " * 12 + "pass",
                           doc=CHECK_DOC.replace("bad[i] is set to whether row i", "bad[s + b] to whether row s + b"),
-                          check=f"\n{' ' * 12}if check:\n{' ' * 16}bad[s + b] = {checks}")
+                          check=f"\n{' ' * 16}if check:\n{' ' * 20}bad[s + b] = {checks}")
 
 
 def load(source):

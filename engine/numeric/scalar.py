@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 from numba import njit, prange, types
+from numba.extending import intrinsic
 
 from .vecmath import _bits
 
@@ -119,6 +120,20 @@ def nonfinite_row(row):
     """The same test from Python, for one row of any float dtype and shape."""
     row = np.ascontiguousarray(row).reshape(-1)
     return bool(nonfinite32(row) if row.dtype == np.float32 else nonfinite(row.astype(np.float64, copy=False)))
+
+
+@intrinsic
+def fetch_add(typingctx, counter, value):
+    """counter[0] += value as one atomic step (int64 counter); returns the value before. What the
+    threads running a batch driver take their blocks of rows with."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64 and isinstance(value, types.Integer)):
+        return None
+    sig = types.int64(counter, types.int64)
+
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.atomic_rmw("add", array.data, args[1], "monotonic")
+    return sig, codegen
 
 
 @njit(inline="always", error_model="numpy")
