@@ -20,6 +20,7 @@ from adgrad.engine.codegen.load import load, module_source
 from adgrad.engine.ir.core import Builder, Var, current
 from adgrad.engine.ir.interp import interpret
 from adgrad.engine.ir.op import KINDS, OPS, Reduction
+from adgrad.engine.ir.ops.tables import tabulated
 from adgrad.engine.ir.rules import Rule
 from adgrad.engine.numeric.tables import TableData
 from adgrad.engine.opt.scalarize import scalarize
@@ -64,10 +65,21 @@ def points(seed=0):
     return pts
 
 
+GRID = dict(x0=TABLE.x0, rdx=1.0 / TABLE.dx)
+
+
 def _table(order, xlin=TABLE.xlin):
+    """A table at x as the model language emits it (engine/ir/ops/tables.py tabulated)."""
     def case(b, v):
-        return b.emit("table", v["C"], v["x"], v["T"], x0=TABLE.x0, rdx=1.0 / TABLE.dx, n=TABLE.n, ntab=2,
-                      xlin=xlin, order=order)
+        return tabulated(b.emit, v["C"], v["x"], v["T"], **GRID, n=TABLE.n, ntab=2, xlin=xlin, order=order)
+    return case
+
+
+def _table_at(order):
+    """The table op at any position and offset (fractional, negative, beyond the tables, NaN)."""
+    def case(b, v):
+        return b.emit("table", v["C"], v["x"], v["y"], b.emit("mul", v["x"], 10.0), rdx=GRID["rdx"], n=TABLE.n,
+                      ntab=2, xlin=TABLE.xlin, order=order)
     return case
 
 
@@ -100,8 +112,13 @@ CASES = {
     "select": lambda b, v: b.emit("select", b.emit("ge", v["x"], 0.0), v["x"], v["y"]),
     **{op: _cmp(op) for op in ("lt", "le", "gt", "ge", "eq", "ne")},
 }
-TABLE_CASES = [_table(0), _table(0, xlin=np.inf), _table(1), _table(2), _table(3)]
+TABLE_CASES = [_table(0), _table(0, xlin=np.inf), _table(1), _table(2), _table(3), _table_at(0), _table_at(2),
+               _table_at(3)]
 CASES["take"] = lambda b, v: b.emit("take", v["A"], v["T"])
+# a table's lookup, also on arguments it is never given by `tabulated` (any piece m, any table t)
+CASES["table_segment"] = lambda b, v: b.emit("table_segment", v["x"], **GRID, n=TABLE.n)
+CASES["table_fraction"] = lambda b, v: b.emit("table_fraction", v["x"], v["y"], **GRID)
+CASES["table_row"] = lambda b, v: b.emit("table_row", v["T"], v["y"], n=TABLE.n, ntab=2)
 
 
 def _spectral(op, *rest, **attrs):

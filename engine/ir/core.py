@@ -182,7 +182,7 @@ class Builder:
         consts = [self.const_value(a) for a in args]
         if all(c is not None for c in consts) and spec.name not in ("select", "stop") and all(not a.shape for a in args):
             with np.errstate(all="ignore"):
-                val = spec.numpy(*[np.float64(c) for c in consts])
+                val = spec.numpy(*[np.float64(c) for c in consts], **attrs)
             if np.result_type(val) == np.bool_:
                 return None
             return self.const(float(val))

@@ -137,35 +137,63 @@ def fetch_add(typingctx, counter, value):
 
 
 @njit(inline="always", error_model="numpy")
-def table(c, t, ntab, x, x0, rdx, n, xlin, order):
-    """The table op for one element (its reference: engine/numeric/tables.py evaluate); c is the
-    flat (T * n * 7) coefficient array."""
-    if not (t >= 0.0 and t < ntab and t == math.floor(t)):
-        return np.nan
+def table_segment(x, x0, rdx, n):
+    """The table_segment op (reference: engine/numeric/tables.py segment): x's piece, 1..n-1, as a float."""
     p = (x - x0) * rdx + 1.0
     if p >= n:
-        m = n - 1
-    elif p >= 1.0:
-        m = int(p)
-    else:
-        m = 1                          # also a NaN p, which then propagates
-    p -= m
+        return float(n - 1)
+    if p >= 1.0:
+        return float(int(p))
+    return 1.0                         # also a NaN p, whose fraction is then NaN
+
+
+@njit(inline="always", error_model="numpy")
+def table_fraction(x, m, x0, rdx):
+    """The table_fraction op (reference: tables.py fraction)."""
+    return (x - x0) * rdx + 1.0 - m
+
+
+@njit(inline="always", error_model="numpy")
+def table_row(t, m, ntab, n):
+    """The table_row op (reference: tables.py row): piece m of table t's flat offset, or NaN."""
+    if t >= 0.0 and t < ntab and t == math.floor(t):
+        return (t * n + m - 1.0) * 7.0
+    return np.nan
+
+
+@njit(inline="always", error_model="numpy")
+def table_at(c, x, p, k, last, rdx, xlin, order):
+    """The table op for one element (reference: tables.py evaluate_at); c is the flat (T * n * 7)
+    coefficient array, k a piece's offset in it (table_row), last the last piece's (T n - 1) 7, p the
+    position in the piece (table_fraction). `last` is a constant rather than c's length, so that the
+    tables of one shape at one k share the test."""
+    if not (k >= 0.0 and k <= last):
+        return np.nan
+    j = np.uint64(k)                   # unsigned: no wraparound of negative indices to test
     clamped = p > 1.0
     if clamped:
         p = 1.0
-    k = (int(t) * n + m - 1) * 7
     if order == 0:
-        y = ((c[k + 3] * p + c[k + 4]) * p + c[k + 5]) * p + c[k + 6]
+        y = ((c[j + np.uint64(3)] * p + c[j + np.uint64(4)]) * p + c[j + np.uint64(5)]) * p + c[j + np.uint64(6)]
         if x > xlin:
-            y += ((c[k] * p + c[k + 1]) * p + c[k + 2]) * (x - xlin)
+            y += ((c[j] * p + c[j + np.uint64(1)]) * p + c[j + np.uint64(2)]) * (x - xlin)
         return y
     if order == 1:
-        return (c[k] * p + c[k + 1]) * p + c[k + 2]
+        return (c[j] * p + c[j + np.uint64(1)]) * p + c[j + np.uint64(2)]
     if clamped:
         return 0.0
     if order == 2:
-        return (2.0 * c[k] * p + c[k + 1]) * rdx
-    return 2.0 * c[k] * rdx * rdx
+        return (2.0 * c[j] * p + c[j + np.uint64(1)]) * rdx
+    return 2.0 * c[j] * rdx * rdx
+
+
+@njit(inline="always", error_model="numpy")
+def table(c, t, ntab, x, x0, rdx, n, xlin, order):
+    """A table at x in one call (engine/numeric/tables.py evaluate): the composition of the four ops
+    above, as the model language emits it."""
+    m = table_segment(x, x0, rdx, n)
+    return table_at(c, x, table_fraction(x, m, x0, rdx), table_row(t, m, ntab, n), c.shape[0] - 7.0, rdx, xlin,
+                    order)
 
 
 @njit(inline="always", error_model="numpy")

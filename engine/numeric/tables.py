@@ -3,9 +3,11 @@
 `coefficients` is PairEAM::interpolate: per node a cubic Hermite piece whose slopes come from the
 5-point finite-difference formula (2- and 3-point at the two nodes of each end), stored as 7
 coefficients per node: [0..2] the derivative's quadratic (already divided by dx), [3..6] the value's
-cubic, both in p, the position inside the piece. `evaluate` is the reference of the `table` op
-(engine/ir/ops/tables.py), and `table` in engine/numeric/scalar.py its compiled form (kept there so
-that the IR imports no numba); both follow pair_eam's compute():
+cubic, both in p, the position inside the piece. `evaluate` is the reference of a table at x, the
+composition of four ops (engine/ir/ops/tables.py: `segment`, `fraction`, `row` are its lookup, shared
+by the tables of one grid at one x, `evaluate_at` the polynomial), and `table_*` in
+engine/numeric/scalar.py their compiled forms (kept there so that the IR imports no numba); they
+follow pair_eam's compute():
 
     p = (x - x0) / dx + 1,  m = max(1, min(int(p), n - 1)),  p = min(p - m, 1)
 
@@ -74,19 +76,44 @@ def coefficients(f, dx):
 def evaluate(coef, x, t, x0, rdx, n, xlin, order):
     """numpy reference: derivative `order` (0 = the value) of table t (flat index into the leading
     axes of coef, shape (T, n, 7)) at x; xlin = inf where the table is held above its last node.
-    Vectorized over x and t; an invalid t gives NaN."""
+    Vectorized over x and t; an invalid t gives NaN. The composition of the four steps below, as the
+    model language emits it (engine/ir/ops/tables.py `tabulated`)."""
     x, t = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(t, dtype=np.float64))
-    ok = (t >= 0) & (t < coef.shape[0]) & (t == np.floor(t))
-    ti = np.where(ok, t, 0).astype(np.int64)
-    p = (x - x0) * rdx + 1.0
+    m = segment(x, x0, rdx, n)
+    return evaluate_at(coef, x, fraction(x, m, x0, rdx), row(t, m, n, coef.shape[0]), rdx, xlin, order)
+
+
+def segment(x, x0, rdx, n):
+    """The piece m of x (1-based, as a float in 1..n-1): m = max(1, min(floor(p), n - 1)) for
+    p = (x - x0) * rdx + 1; a NaN x gives 1 (its fraction is then NaN)."""
+    p = (np.asarray(x, dtype=np.float64) - x0) * rdx + 1.0
     with np.errstate(invalid="ignore"):
-        m = np.where(p >= n, n - 1, np.where(p >= 1.0, np.floor(np.where(np.isfinite(p), p, 1.0)), 1.0))
-    m = m.astype(np.int64)
-    p = p - m
+        return np.where(p >= n, n - 1.0, np.where(p >= 1.0, np.floor(np.where(np.isfinite(p), p, 1.0)), 1.0))
+
+
+def fraction(x, m, x0, rdx):
+    """The position of x inside piece m, before the clamp to 1: (x - x0) * rdx + 1 - m."""
+    return (np.asarray(x, dtype=np.float64) - x0) * rdx + 1.0 - m
+
+
+def row(t, m, n, ntab):
+    """The offset of piece m of table t in the flat coefficients, 7 (t n + m - 1), as a float; NaN if t
+    is not a table (0..ntab-1). (m is `segment`'s; an offset beyond the tables makes evaluate_at NaN.)"""
+    t, m = np.broadcast_arrays(np.asarray(t, dtype=np.float64), np.asarray(m, dtype=np.float64))
+    ok = (t >= 0) & (t < ntab) & (t == np.floor(t))
+    return np.where(ok, (t * n + m - 1.0) * 7.0, np.nan)
+
+
+def evaluate_at(coef, x, p, k, rdx, xlin, order):
+    """Derivative `order` of the piece at flat offset k (`row`; a fractional k reads from floor(k)) at
+    position p (`fraction`) of x; NaN if k is not in 0..7 (T n - 1)."""
+    x, p, k = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (x, p, k)))
+    flat = coef.reshape(-1)
+    ok = (k >= 0) & (k <= flat.shape[0] - 7)
+    c = flat[np.where(ok, k, 0).astype(np.int64)[..., None] + np.arange(7)]
+    c0, c1, c2, c3, c4, c5, c6 = (c[..., j] for j in range(7))
     clamped = p > 1.0
     p = np.where(clamped, 1.0, p)
-    c = coef[ti, m - 1]
-    c0, c1, c2, c3, c4, c5, c6 = (c[..., k] for k in range(7))
     if order == 0:
         y = ((c3 * p + c4) * p + c5) * p + c6
         y = np.where(x > xlin, y + ((c0 * p + c1) * p + c2) * (x - xlin), y)

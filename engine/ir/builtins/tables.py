@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from ..core import Var
+from ..ops.tables import tabulated
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,8 +34,8 @@ class TableFunction:
         if indices and len(indices) != len(self.lead):
             raise call.fail(f"'{self.name}' takes {len(self.lead)} species index(es), got {len(indices)}", at)
         t = flat_index(call, indices, self.lead) if indices else 0.0
-        y = call.emit("table", self.coef, x, t, x0=self.x0, rdx=1.0 / self.dx, n=self.n, ntab=math.prod(self.lead),
-                      xlin=self.xlin, order=0)
+        y = tabulated(call.emit, self.coef, x, t, x0=self.x0, rdx=1.0 / self.dx, n=self.n,
+                      ntab=math.prod(self.lead), xlin=self.xlin)
         return call.emit("div", y, x) if self.over_x else y
 
 
