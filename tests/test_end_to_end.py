@@ -140,8 +140,8 @@ def test_second_compile_uses_disk_cache(tmp_path):
     first = _python(COMPILE_SCRIPT, tmp_path, ADGRAD_CACHE_DIR=cache)
     second = _python(COMPILE_SCRIPT, tmp_path, ADGRAD_CACHE_DIR=cache)
     assert first["misses"] >= 1, first                    # a fresh cache dir really compiles
+    # the counts, not a time bound: a cold compile of this kernel takes under a second too
     assert second["hits"] >= 1 and second["misses"] == 0, second
-    assert second["seconds"] < 1.0, second
     assert any(cache.glob("k_*.py"))
 
 
