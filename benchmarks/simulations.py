@@ -18,8 +18,7 @@ adgrad runs on --threads numba threads; matscipy, EMT and the neighbour list are
 
     python benchmarks/simulations.py                # 256 and 4000 atoms
     python benchmarks/simulations.py --quick        # 256 atoms
-On a machine shared with busy processes, run with OMP_WAIT_POLICY=passive (or --threads 1): numba's
-OpenMP threads otherwise spin and each parallel call can stall for milliseconds (docs/ase.md, Speed).
+adgrad's kernels run on threads of its own (engine/kernel.py run_threads), not numba's OpenMP threads.
 """
 import argparse
 import re
