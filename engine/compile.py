@@ -16,6 +16,7 @@ from .kernel import CompiledKernel
 from .model import LoadedModel
 from .opt.dce import dce
 from .opt.scalarize import pays_off, scalarize
+from .opt.selects import simplify_selects
 from .opt.spectral import merge_matfun_derivatives
 from .spec import DerivativeRequest, as_request, derivative_name
 
@@ -52,7 +53,7 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, 
     if math not in MATH:
         raise SpecError(f"math must be 'vector' or 'libm', got {math!r}")
     graph, derivs = _results(model, derivatives, mode, values)
-    graph = merge_matfun_derivatives(graph)
+    graph = simplify_selects(merge_matfun_derivatives(graph))
     # a Hessian wrt one argument twice is symmetric in its last 2r axes (r = that argument's rank)
     names = {**graph.inputs, **graph.params}
     symmetric = {d.name: names[d.wrt[0]].rank for d in derivs
