@@ -9,7 +9,7 @@ are padded to the largest count. Timed, interleaved, median of --repeats:
                      LAMMPS's spline lookups on the same coefficient arrays (the reference)
   adgrad E+grad      compile_model(model, derivatives=[("E", "R")]) of the site-energy model
   ... + forces       the same, then the forces assembled from dE_dR (adgrad.engine.tools.atoms.forces,
-                     a parallel gather over the neighbour lists)
+                     a parallel scatter in a fixed number of parts)
 LAMMPS's pair time per atom-step comes from `run` of bench/in.eam (NVE, 1600 K, 100 steps) on the
 same crystal size: the Pair line of its timing breakdown, with -sf omp -pk omp THREADS and, on one
 thread, -sf opt. adgrad's E and forces are checked against LAMMPS (run 0) on the displaced crystal.
@@ -157,7 +157,7 @@ def main(argv=None):
 
     def run_adgrad_forces(R, valid):
         run_adgrad(R, valid)
-        return atoms.forces(out["dE_dR"], nb["index"], nb["partner"])
+        return atoms.forces(out["dE_dR"], nb["index"])
 
     timed = time_calls({"hand E+grad": (run_hand, None), "adgrad E+grad": (run_adgrad, None),
                         "adgrad E+grad + forces": (run_adgrad_forces, None)}, (R, valid), args.repeats)
