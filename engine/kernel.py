@@ -4,8 +4,8 @@
 `compute` is the lean one the job calls per chunk: rows already laid out, one workspace per job, no
 checks and no allocation.
 
-The compiled drivers release the GIL; `run_threads` runs one on numba.get_num_threads() threads at
-once (the calling thread and a pool), each taking blocks of rows from a shared counter. A call
+The compiled drivers release the GIL; `run_threads` runs one on as many threads as the workspace has
+rows (the calling thread and a pool), each taking blocks of rows from a shared counter. A call
 on fewer than `serial_below` points (or with threads=1) runs on the calling thread alone, as waking
 the pool costs tens of microseconds on idle cores and milliseconds on busy ones; its results are the
 same bits (each point is the same point function's). Results whose arrays are not C-contiguous rows
@@ -106,8 +106,9 @@ class CompiledKernel:
         """Every row of `inputs` ({name: (m, *shape)}) into `outputs` ({name: float64 (m, *shape)},
         every result, reduced ones per point too); nonfinite[i] (optional, bool (m,)) flags a row whose
         inputs or results hold a NaN or an infinity. C-contiguous results are written row by row, any
-        others (layouts `strided` accepts) by the strided driver. Fewer than serial_below rows, or a
-        workspace of one row: on the calling thread. Nothing is checked."""
+        others (layouts `strided` accepts) by the strided driver. One thread per workspace row (the
+        job's `threads`, evaluate's numba thread count); fewer than serial_below rows, or a workspace
+        of one row: on the calling thread. Nothing is checked."""
         names = list(self.graph.outputs)
         m = len(outputs[names[0]]) if names else 0
         if m < self.serial_below:
@@ -136,8 +137,7 @@ class CompiledKernel:
         """driver(next_row, block, *args[w]) on each thread w, args[w] being its arguments (its
         workspace row and buffers): the calling thread alone takes all m rows as one block when there
         is one workspace row, else run_threads."""
-        compiled, next_row = len(driver.overloads), np.zeros(1, dtype=np.int64)
-        workers = 1 if len(args) == 1 else min(len(args), numba.get_num_threads())
+        compiled, next_row, workers = len(driver.overloads), np.zeros(1, dtype=np.int64), len(args)
         block = m if workers == 1 else max(MIN_BLOCK, m // (64 * workers))
         run_threads(lambda w: driver(next_row, block, *args[w]), workers)
         if len(driver.overloads) != compiled:      # this call compiled (or loaded) code: record its sums

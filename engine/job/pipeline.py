@@ -1,9 +1,10 @@
 """The chunk pipeline of `adgrad run`: read chunk k+2 and write chunk k while chunk k+1 is computed.
 
-All h5py calls stay in the calling (main) thread; one worker thread runs the nogil kernel, the
-non-finite check and the exact sums. Three preallocated buffer sets rotate (one being read, one
-computed, one written: engine/store/slot.py), so memory is set by the chunk size, not by the file.
-Chunks are committed in order, so a stop or a crash leaves a prefix of finished chunks."""
+All h5py calls stay in the calling (main) thread; one worker thread runs the nogil kernel (on
+`threads` threads: it and kernel.run_threads's pool), the non-finite check and the exact sums. Three
+preallocated buffer sets rotate (one being read, one computed, one written: engine/store/slot.py),
+so memory is set by the chunk size, not by the file. Chunks are committed in order, so a stop or a
+crash leaves a prefix of finished chunks."""
 from __future__ import annotations
 
 import time
@@ -11,10 +12,10 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numba
 import numpy as np
 
 from ..errors import JobError
+from ..kernel import run_threads
 from ..numeric.checksum import digest
 from ..numeric.exactsum import ExactSum
 from ..numeric.scalar import narrow, nonfinite_row
@@ -105,8 +106,11 @@ class _Compute:
             self.kernel.compute(inputs, {name: arr[lo:hi] for name, arr in computed.items()}, self.workspace,
                                 bad[lo:hi])
         slot.each_input(block)
+        threads = len(self.workspace)
         for name, arr in self.wide.items():
-            narrow(arr[:n].reshape(n, -1), stored[name].reshape(n, -1), bad)
+            wide, rows, next_row = arr[:n].reshape(n, -1), stored[name].reshape(n, -1), np.zeros(1, np.int64)
+            block = max(16, n // (64 * threads))
+            run_threads(lambda w: narrow(next_row, block, wide, rows, bad), threads)
         sums = {}
         for name in self.kernel.reduced:
             sums[name] = ExactSum(self.kernel.output_shapes[name])
@@ -194,8 +198,7 @@ def stream(kernel, reader, out, plan: Plan, dtype, threads: int, nan_error: bool
     run, n = _Stream(kernel, reader, out, plan, dtype, threads, on_chunk), plan.chunks
     on_chunk(min(run.first * plan.chunk, plan.rows), plan.rows)
     written, stopping = None, False
-    with ThreadPoolExecutor(1, thread_name_prefix="adgrad-compute", initializer=numba.set_num_threads,
-                            initargs=(threads,)) as worker:
+    with ThreadPoolExecutor(1, thread_name_prefix="adgrad-compute") as worker:
         flight = deque(run.start(worker, k) for k in range(run.first, min(n, run.first + 2)))
         while flight:
             k, slot, future = flight.popleft()

@@ -5,7 +5,7 @@ import math
 import sys
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic
 
 from .vecmath import _bits
@@ -105,15 +105,20 @@ def nonfinite32(row):
     return _all_ones(row.view(np.int32), EXPONENT32)
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def narrow(wide, narrow, bad):
+@njit(cache=True, nogil=True)
+def narrow(next_row, block, wide, narrow, bad):
     """narrow[i] = wide[i] rounded to float32, and bad[i] |= that row holds a NaN or an infinity (a
-    float32 overflow becomes inf): one pass while the row is in cache."""
-    for i in prange(wide.shape[0]):
-        for j in range(wide.shape[1]):
-            narrow[i, j] = wide[i, j]
-        if nonfinite32(narrow[i]):
-            bad[i] = True
+    float32 overflow becomes inf): one pass while the row is in cache. Rows in blocks taken from the
+    shared counter next_row[0], as the batch drivers, so that several threads can run it at once."""
+    m = wide.shape[0]
+    lo = fetch_add(next_row, block)
+    while lo < m:
+        for i in range(lo, min(m, lo + block)):
+            for j in range(wide.shape[1]):
+                narrow[i, j] = wide[i, j]
+            if nonfinite32(narrow[i]):
+                bad[i] = True
+        lo = fetch_add(next_row, block)
 
 
 def nonfinite_row(row):
