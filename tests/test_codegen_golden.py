@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("ADGRAD_UPDATE_GOLDEN") == "1"
 CONFIGS = {"eam": "configs/eam.yaml", "neohookean": "configs/neohookean.yaml",
-           "attention": "configs/attention.yaml", "attention_einsum": "configs/attention_einsum.yaml"}
+           "attention": "configs/attention.yaml", "attention_einsum": "configs/attention_einsum.yaml",
+           "cu_eam": "configs/cu_eam.yaml"}
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,35 @@ def kind(e):
 
 def schedule(graph):
     """The equations of `graph` as items: loop nests (Group) and single statements (Single)."""
-    return _Scheduler(graph).run(list(graph.eqns))
+    return sink_inputs(_Scheduler(graph).run(list(graph.eqns)), graph)
+
+
+def sink_inputs(items, graph):
+    """Move an arithmetic equation of inputs alone (no math call, no table) from the loop nest the greedy
+    pass put it in, which does not read it, to the later nest of the same space that does (all its
+    readers): it is computed where it is used instead of stored in the workspace and loaded back
+    (EAM's 2 R of the gradient of |R|^2, read by the last loop only)."""
+    made = {e.out: i for i, it in enumerate(items) if isinstance(it, Group) for e in it.eqns}
+    readers = {}
+    for i, it in enumerate(items):
+        for e in (it.eqns if isinstance(it, Group) else [it.eqn]):
+            for a in e.args:
+                readers.setdefault(a, set()).add(i)
+    outputs = set(graph.outputs.values())
+    for i, it in enumerate(items):
+        if not isinstance(it, Group):
+            continue
+        for e in list(it.eqns):
+            op, at = OPS[e.op], readers.get(e.out, set())
+            if kind(e) != "elem" or op.kind != "elementwise" or op.helpers or e.out in outputs or len(at) != 1 \
+                    or any(a in made for a in e.args) or not isinstance(op.lower, str):
+                continue
+            j = next(iter(at))
+            if j > i and isinstance(items[j], Group) and items[j].space == it.space:
+                it.eqns.remove(e)
+                items[j].eqns.insert(0, e)
+                made[e.out] = j
+    return [it for it in items if not isinstance(it, Group) or it.eqns]
 
 
 class _Scheduler:
