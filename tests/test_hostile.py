@@ -713,3 +713,18 @@ def test_a_full_disk_gives_one_line_and_a_resumable_file(small_disk):
     assert r.returncode == 0, r.stderr
     with h5py.File(d / "out.h5", "r") as a, h5py.File(d / "fresh.h5", "r") as b:
         assert a.attrs["complete"] and np.array_equal(a["dE_dx"][()], b["dE_dx"][()])
+
+
+def test_a_signal_that_an_import_turned_into_another_error_is_still_a_stop():
+    """numba's C extensions turn the entry point's Stopped, raised while they import, into an
+    ImportError (seen in CI with SIGTERM at 1 s on a loaded machine): still one line, 'stopped by'."""
+    from adgrad.cli.common import _signal_behind
+    from adgrad.cli.entry import Stopped
+    try:
+        try:
+            raise Stopped("SIGTERM")
+        except Stopped:
+            raise ImportError("numba._devicearray failed to import")
+    except ImportError as exc:
+        assert _signal_behind(exc) == "SIGTERM"
+    assert _signal_behind(ValueError("x")) is None
