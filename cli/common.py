@@ -14,7 +14,6 @@ import click
 import yaml
 
 from adgrad.engine.errors import DataError, JobError, SpecError
-from adgrad.engine.job.signals import PENDING
 
 
 def fail(message, code):
@@ -28,17 +27,6 @@ def fail(message, code):
         sys.exit(code)          # called from Python (click's test runner, a host program): an ordinary exit
     atexit._run_exitfuncs()
     os._exit(code)
-
-
-def _signal_behind(exc):
-    """The signal a console entry point's handler raised (cli/entry.py) if another exception stands for
-    it: numba's C extensions turn an exception raised while they import into an ImportError."""
-    seen = exc
-    while seen is not None:
-        if isinstance(seen, KeyboardInterrupt):
-            return str(seen) or "SIGINT"
-        seen = seen.__cause__ or seen.__context__
-    return PENDING[0] if PENDING and isinstance(exc, ImportError) else None
 
 
 HARD_EXIT = False               # set by the console entry point (cli/entry.py): fail() ends the process
@@ -62,9 +50,6 @@ def reports_errors(fn):
         except KeyboardInterrupt as exc:
             fail(f"stopped by {exc or 'SIGINT'} before any output was written", 1)
         except Exception as exc:        # noqa: BLE001  (the boundary: no traceback reaches a user)
-            signal = _signal_behind(exc)
-            if signal:
-                fail(f"stopped by {signal} before any output was written", 1)
             if os.environ.get("ADGRAD_DEBUG") == "1":
                 traceback.print_exc()
             fail(f"internal error: {type(exc).__name__}: {exc} (a bug in adgrad; ADGRAD_DEBUG=1 shows where)", 1)

@@ -3,6 +3,7 @@ heavy imports (numba, h5py): SIGTERM or Ctrl-C before a run's chunk loop (which 
 boundary instead) ends the command with one line and exit 1, never with a traceback or a silent -15."""
 import signal
 import sys
+import threading
 
 from adgrad.engine.job.signals import PENDING
 
@@ -12,9 +13,25 @@ class Stopped(KeyboardInterrupt):
 
 
 def _stop(signum, frame):
+    if _importing(frame):       # delivered again in 50 ms, until the import is over
+        again = threading.Timer(0.05, signal.raise_signal, (signum,))
+        again.daemon = True
+        again.start()
+        return
     name = signal.Signals(signum).name
     PENDING.append(name)        # kept, in case Python drops the exception (see engine/job/signals.py)
     raise Stopped(name)
+
+
+def _importing(frame):
+    """Whether the signal came during an import. An exception raised there can be turned into another:
+    numba's C extensions print its traceback and raise ImportError (seen with SIGTERM at 1 s into a run
+    on a loaded machine), which would be an internal error instead of a stop."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _unraisable(hook):
