@@ -28,9 +28,10 @@ It times, interleaved round-robin in one process after one warm-up call each, me
   hyperelastic P+A     DistortionalSpace(StretchesFramework(Ogden(mu, alpha))) plus felupe's Volumetric, gradient
                        and hessian (its hessian recomputes the gradient internally)
   helpers: ...         diagnostics: adgrad's spectral helpers (engine/numeric/spectral.py) alone, per point on
-                       its Cbar, cumulative: eigh3; + 2 trfun and 2 matfun, the calls of the P kernel; + 2
-                       matfun_dd1 and 9 matfun_d1 (one per direction, both terms' divided differences combined),
-                       all of the calls adgrad's P+A kernel makes
+                       its Cbar, cumulative: eigh3; + what the P kernel adds: per term lam**(p - 1) (3 pows) and
+                       lam**p = lam**(p - 1) lam, one eigvals_dt (U diag(w) U^T, both terms' w combined); + what the
+                       P+A kernel adds: the log1p of the 3 eigenvalue gaps, 2 matfun_dd1 (given the powers and the
+                       log1p) and 9 matfun_d1 (one per direction, both terms' divided differences combined)
 felupe and hyperelastic get x = F as (3, 3, 1, M), prepared once, untimed. Points: F = I + 0.2 N(0, 1) with
 det F > 0, plus 1% F = I, 1% uniaxial diag(s, s^-1/2, s^-1/2) and 1% rotated uniaxial diag(...) R (two equal
 stretches up to round-off), s in [0.5, 3], shuffled. Before timing, the hand kernel must equal adgrad to 1e-10
@@ -49,7 +50,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit, prange
 
-from adgrad.engine.numeric.spectral import eigh3, matfun, matfun_d1, matfun_dd1, trfun
+from adgrad.engine.numeric.spectral import eigh3, eigvals_dt, matfun_d1, matfun_dd1
 from _harness import (KERNEL_OPTS, SPREAD_NOTE, check_error, compile_times, environment, print_compile_table,
                       start, time_calls)
 
@@ -173,10 +174,10 @@ def hand_stress_tangent(F, W, P, A):
 
 @njit(**OPTS)
 def helpers(F, out, level):
-    """adgrad's spectral helper calls alone, on each point's Cbar: level 0 only eigh3; level 1 also, per Ogden
-    term, trfun and matfun (the calls of adgrad's P kernel); level 2 also matfun_dd1 per term and matfun_d1 with
-    the terms' divided differences combined in each of the 9 directions (here the unit matrices): the calls
-    adgrad's P+A kernel makes."""
+    """adgrad's spectral helper calls alone, on each point's Cbar: level 0 only eigh3; level 1 also the powers
+    and the one rotation of adgrad's P kernel; level 2 also the log1p of the gaps, matfun_dd1 per term and
+    matfun_d1 with the terms' divided differences combined in each of the 9 directions (here the unit matrices):
+    the calls adgrad's P+A kernel makes."""
     M = F.shape[0]
     for blk in prange((M + BLOCK - 1) // BLOCK):
         Cb = np.empty(9)
@@ -185,11 +186,15 @@ def helpers(F, out, level):
             cb = (Cb[0], Cb[1], Cb[2], Cb[3], Cb[4], Cb[5], Cb[6], Cb[7], Cb[8])
             eg = eigh3(cb)
             acc = eg[0] + eg[3]
+            l0, l1, l2 = eg[0], eg[1], eg[2]
+            t1 = (l0 ** (P1 - 1.0), l1 ** (P1 - 1.0), l2 ** (P1 - 1.0))
+            t2 = (l0 ** (P2 - 1.0), l1 ** (P2 - 1.0), l2 ** (P2 - 1.0))
             if level > 0:
-                for p in (P2, P1):
-                    acc += trfun(eg, 0, p) + matfun(eg, 0, p - 1.0)[0]
+                acc += t1[0] * l0 + t1[1] * l1 + t1[2] * l2 + t2[0] * l0 + t2[1] * l1 + t2[2] * l2
+                acc += eigvals_dt(eg, (C1 * t1[0] + C2 * t2[0], C1 * t1[1] + C2 * t2[1], C1 * t1[2] + C2 * t2[2]))[0]
             if level > 1:
-                g1, g2 = matfun_dd1(eg, 0, P1 - 1.0), matfun_dd1(eg, 0, P2 - 1.0)
+                gaps = (math.log1p((l0 - l1) / l1), math.log1p((l0 - l2) / l2), math.log1p((l1 - l2) / l2))
+                g1, g2 = matfun_dd1(eg, 0, P1 - 1.0, t1, gaps), matfun_dd1(eg, 0, P2 - 1.0, t2, gaps)
                 g = (g1[0] + g2[0], g1[1] + g2[1], g1[2] + g2[2], g1[3] + g2[3], g1[4] + g2[4], g1[5] + g2[5])
                 for s in range(9):
                     d = (1.0 if s == 0 else 0.0, 1.0 if s == 1 else 0.0, 1.0 if s == 2 else 0.0,
@@ -280,8 +285,8 @@ def library_runners(F):
     return runners
 
 
-HELPER_ROWS = {"helpers: eigh3": 0, "helpers: + 2 trfun, 2 matfun (P's)": 1,
-               "helpers: + 2 matfun_dd1, 9 matfun_d1 (all of P+A's)": 2}
+HELPER_ROWS = {"helpers: eigh3": 0, "helpers: + 6 pow, 1 eigvals_dt (P's)": 1,
+               "helpers: + 3 log1p, 2 matfun_dd1, 9 matfun_d1 (all of P+A's)": 2}
 
 
 def helper_runners(M):

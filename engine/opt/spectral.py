@@ -7,6 +7,8 @@ combinations of matrix functions and of their derivatives merged.
   exp calls, and all functions of a matrix their log1p calls. Of x**p and x**(p - 1) (a trace
   and its gradient, trfun's rules), the first is the second times lam, and the divided differences divide the
   second by lam: an Ogden term computes 3 pows where it computed 9 (each power one rounding from pow's).
+- matfun_d1(A, E, p, B) becomes eig_d1(A, E, divdiff(A, E, p, T, G), B): the divided differences one value,
+  computed once for all the derivatives of a matrix function (Hencky's three took three helper calls).
 - sum_t s_t matfun_d1(A, E, p_t, B) with scalars s_t (the tangent of a sum of gradients of traces of matrix
   functions of one matrix, as the terms of an Ogden law give) becomes one eig_d1(A, E, g, B) with the divided
   differences g = sum_t s_t f_t[lam_i, lam_j]: each direction B is rotated into the eigenbasis and back once,
@@ -37,6 +39,9 @@ def merge_matfun_derivatives(graph: Graph) -> Graph:
                 out = b.emit("reduce_sum", values.of(e, args), axes=(0,))
             elif e.op == "matfun":
                 out = b.emit("eigvalsh_d", args[0], args[1], values.of(e, args), adjoint=True)
+            elif e.op == "matfun_d1":          # its divided differences a value, shared by every direction
+                (a, ev, direction), g = _terms(b, e, args, terms, values)
+                out = b.emit("eig_d1", a, ev, g, direction)
             else:
                 out = b.emit(e.op, *args, **dict(e.attrs))
             t = _terms(b, e, args, terms, values)
