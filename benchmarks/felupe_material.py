@@ -37,7 +37,7 @@ import numpy as np
 
 from _harness import SPREAD_NOTE, check_error, environment, start, time_calls
 from adgrad.engine import compile_model, load_model
-from adgrad.engine.kernel import NO_FLAGS, run_threads
+from adgrad.engine.kernel import NO_FLAGS, run_rows
 from adgrad.felupe import Material, trailing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,12 +127,8 @@ def overhead_table(kernel, threads):
         F_rows = np.ascontiguousarray(F.reshape(m, 9))
         F_rows.flags.writeable = False
         args = (F_rows, *kernel.param_rows(), *[out[n].reshape(m, -1) for n in kernel.graph.outputs])
-        batch, block = kernel.module.batch, m if workers == 1 else max(16, m // (64 * workers))
-
-        def compute_alone():
-            next_row = np.zeros(1, np.int64)
-            run_threads(lambda w: batch(next_row, block, *args, ws[w], NO_FLAGS), workers)
-        compute = median_call(compute_alone)
+        batch = kernel.module.batch
+        compute = median_call(lambda: run_rows(lambda r, block, w: batch(r, block, *args, ws[w], NO_FLAGS), m, workers))
         rows_out.append((m, evaluate, compute, parallel))
     return rows_out
 

@@ -137,9 +137,8 @@ class CompiledKernel:
         """driver(next_row, block, *args[w]) on each thread w, args[w] being its arguments (its
         workspace row and buffers): the calling thread alone takes all m rows as one block when there
         is one workspace row, else run_threads."""
-        compiled, next_row, workers = len(driver.overloads), np.zeros(1, dtype=np.int64), len(args)
-        block = m if workers == 1 else max(MIN_BLOCK, m // (64 * workers))
-        run_threads(lambda w: driver(next_row, block, *args[w]), workers)
+        compiled = len(driver.overloads)
+        run_rows(lambda next_row, block, w: driver(next_row, block, *args[w]), m, len(args))
         if len(driver.overloads) != compiled:      # this call compiled (or loaded) code: record its sums
             seal(self.module)
 
@@ -215,6 +214,15 @@ class CompiledKernel:
 
 
 _pools = {}     # (pid, size) -> threads that run_threads adds to the calling one (a forked child has none)
+
+
+def run_rows(call, m, workers):
+    """call(next_row, block, w) on `workers` threads (run_threads): a driver over m rows that takes
+    blocks of `block` rows from the shared counter next_row[0], the block size every driver uses (all
+    m rows in one block on one thread)."""
+    next_row = np.zeros(1, dtype=np.int64)
+    block = m if workers == 1 else max(MIN_BLOCK, m // (64 * workers))
+    run_threads(lambda w: call(next_row, block, w), workers)
 
 
 def run_threads(call, workers):

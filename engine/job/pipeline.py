@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import JobError
-from ..kernel import run_threads
+from ..kernel import run_rows
 from ..numeric.checksum import digest
 from ..numeric.exactsum import ExactSum
 from ..numeric.scalar import narrow, nonfinite_row
@@ -106,11 +106,9 @@ class _Compute:
             self.kernel.compute(inputs, {name: arr[lo:hi] for name, arr in computed.items()}, self.workspace,
                                 bad[lo:hi])
         slot.each_input(block)
-        threads = len(self.workspace)
         for name, arr in self.wide.items():
-            wide, rows, next_row = arr[:n].reshape(n, -1), stored[name].reshape(n, -1), np.zeros(1, np.int64)
-            block = max(16, n // (64 * threads))
-            run_threads(lambda w: narrow(next_row, block, wide, rows, bad), threads)
+            wide, rows = arr[:n].reshape(n, -1), stored[name].reshape(n, -1)
+            run_rows(lambda next_row, block, w: narrow(next_row, block, wide, rows, bad), n, len(self.workspace))
         sums = {}
         for name in self.kernel.reduced:
             sums[name] = ExactSum(self.kernel.output_shapes[name])
