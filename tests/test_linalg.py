@@ -1,8 +1,8 @@
 """Tensor and linear-algebra functions (matmul, einsum, outer, trace, det, inv, softmax, logsumexp,
 stack, concatenate, reshape, transpose): values against numpy, derivatives forward = reverse =
 central differences of the numpy interpreter, including a hyperelastic Hessian; det and inv above
-4x4 (an LU factorization with partial pivoting) against numpy and their closed-form derivatives; every
-einsum form (diagonals, implicit output, '...', size-1 broadcasting)."""
+4x4 (an LU factorization with partial pivoting) and the closed forms up to 4x4 against numpy and their
+closed-form derivatives; every einsum form (diagonals, implicit output, '...', size-1 broadcasting)."""
 import numpy as np
 import pytest
 
@@ -328,3 +328,44 @@ def test_compiled_lu_and_diagonals(model_from_text, mode, requests):
     pts = {"A": rng.normal(size=(3, 5, 5)), "B": rng.normal(size=(3, 2, 2, 3))}
     pts["A"][0, 0, 0] = 0.0
     assert_compiled_matches(m, requests, mode, pts)
+
+
+# ---- det and inv up to 4x4: the closed forms (the op det and its cofactor rules) ------------------------
+CLOSED = {n: np.random.default_rng(20 + n).normal(size=(n, n)) + n * np.eye(n) for n in (1, 2, 3, 4)}
+
+
+@pytest.mark.parametrize("n", list(CLOSED))
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_closed_det_and_inv_derivatives(square_model, n, mode):
+    """Values against numpy; det's gradient and Hessian, inv's Jacobian, by both modes, against the closed
+    forms; and the Hessian of det against central differences of its gradient."""
+    A = CLOSED[n]
+    m = square_model(n)
+    g = derivative_graph(m, [("D", "A"), ("I", "A"), ("D", ["A", "A"])], mode)
+    out = interpret(g, {"A": A}, {})
+    np.testing.assert_allclose(out["D"], np.linalg.det(A), rtol=1e-13)
+    np.testing.assert_allclose(out["I"], np.linalg.inv(A), rtol=1e-12, atol=1e-14)
+    d_det, d_inv, hess = _det_derivatives(A)
+    np.testing.assert_allclose(out["dD_dA"], d_det, rtol=1e-12, atol=1e-13 * np.abs(d_det).max())
+    np.testing.assert_allclose(out["dI_dA"], d_inv, rtol=1e-11, atol=1e-13 * np.abs(d_inv).max())
+    np.testing.assert_allclose(out["d2D_dA_dA"], hess, rtol=1e-11, atol=1e-12 * max(1.0, np.abs(hess).max()))
+    fd = central_differences(derivative_graph(m, [("D", "A")], "reverse"), {"A": A}, {}, "A", ["dD_dA"])
+    assert_close_to_fd(out["d2D_dA_dA"], fd["dD_dA"], [out["dD_dA"]])
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_closed_det_gradient_at_singular_matrices(square_model, n):
+    """At a singular matrix the closed form's gradient is the cofactor matrix exactly (finite), by both
+    modes, and the compiled (scalarized) kernel agrees with the interpreter."""
+    A = CLOSED[n].copy()
+    A[:, -1] = A[:, 0]                                  # two equal columns: det 0, adjugate of rank one
+    m = square_model(n)
+    for mode in ("forward", "reverse"):
+        out = interpret(derivative_graph(m, [("D", "A")], mode), {"A": A}, {})
+        assert out["D"] == 0.0 or abs(out["D"]) < 1e-14
+        np.testing.assert_allclose(out["dD_dA"], _cofactors(A), rtol=1e-12, atol=1e-13)
+    k = compile_model(m, derivatives=[("D", "A"), ("D", ["A", "A"])], mode="reverse", values=["D"])
+    got = k.evaluate({"A": A[None]})
+    want = interpret(derivative_graph(m, [("D", "A"), ("D", ["A", "A"])], "reverse"), {"A": A}, {})
+    for name in ("D", "dD_dA", "d2D_dA_dA"):
+        np.testing.assert_allclose(got[name][0], want[name], rtol=1e-13, atol=1e-14)

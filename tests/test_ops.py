@@ -143,6 +143,10 @@ CASES.update({
     # formed by engine/opt/spectral.py: divided differences as a value, and matfun_d1 taking them
     "divdiff": lambda b, v: b.emit("add", _spectral("divdiff", "s", kind=0)(b, v), _shared_divdiff(b, v)),
     "eig_d1": _spectral("eig_d1", lambda b, v: b.emit("getitem", v["x"], index=((0, 6, 1),)), "B"),
+    # det up to 4x4, closed: 1x1 to 4x4 blocks of Q, the 4x4 one a strided (transposed) view, each an output
+    "det": lambda b, v: b.emit("pack", *[b.emit("det", b.emit("getitem", q, index=((0, n, 1), (1, n + 1, 1))))
+                                         for n, q in ((1, v["Q"]), (2, v["Q"]), (3, v["Q"]),
+                                                      (4, b.emit("transpose", v["Q"], perm=(1, 0))))], shape=(4,)),
     # det and inv above 4x4 (engine/ir/ops/linalg.py): Q transposed, so the factorization reads a strided view
     "lu": lambda b, v: b.emit("lu", b.emit("transpose", v["Q"], perm=(1, 0))),
     "lu_det": lambda b, v: b.emit("lu_det", v["Q"], b.emit("lu", v["Q"])),

@@ -4,6 +4,8 @@ the values, so hash-consing shares work between a value and its derivatives (EAM
 once)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..ir.core import Builder, Var
 from ..ir.op import OPS
 from ..errors import SpecError
@@ -79,20 +81,56 @@ def jacobian_forward(b: Builder, custom: dict, wrt: Var, of: Var, seed: Var | No
                 continue
             rule = _usable_rule(custom, e.out, live)
             if rule is not None:
-                eq = _Call(e.out, rule.args)
-                t = _custom_rule_as_eqn_rule(rule, b).jvp(eq, [tangents.get(a) for a in rule.args], bs)
+                eq, r = _Call(e.out, rule.args), _custom_rule_as_eqn_rule(rule, b)
             else:
-                t = OPS[e.op].rule.jvp(e, [tangents.get(a) for a in e.args], bs)
+                eq, r = e, OPS[e.op].rule
+            ts = [tangents.get(a) for a in eq.args]
+            t = _chained_jvp(b, eq, r, ts) if bs else NotImplemented
+            if t is NotImplemented:
+                t = r.jvp(eq, [_full(x) for x in ts], bs)
             if t is not None:
                 tangents[e.out] = t
             if e.out is of:
                 break
-        t = tangents.get(of)
+        t = _full(tangents.get(of))
         if t is None:
             return None
         # tangents carry the directions first: (*wrt, *of) -> (*of, *wrt)
         nw, no = len(bs), of.rank
         return b.emit("transpose", t, perm=tuple(range(nw, nw + no)) + tuple(range(nw)))
+
+
+@dataclass(frozen=True)
+class _Chained:
+    """The tangent of a scalar as coef * base (base: the tangent of a scalar, one entry per direction).
+    Along a chain of scalar operations (log J, (log J)**2, 1/J, their products in a Hessian) the
+    partials multiply into the scalar coef, and the directions are scaled once, where something other
+    than such a chain reads the tangent (statement-level preaccumulation), instead of by every
+    operation of the chain."""
+    coef: Var
+    base: Var
+
+
+def _full(t):
+    return t.base * t.coef if isinstance(t, _Chained) else t
+
+
+def _chained_jvp(b, eq, r, ts):
+    """The tangent of eq as a _Chained if eq is an elementwise op on scalars whose differentiated
+    arguments have tangents of one base (None if it is zero); NotImplemented otherwise."""
+    if r.partials is None or eq.out.shape or all(t is None for t in ts):
+        return NotImplemented
+    bases = {t.base if isinstance(t, _Chained) else t for t in ts if t is not None}
+    if len(bases) != 1:
+        return NotImplemented
+    coef = None
+    for t, p in zip(ts, r.partials(eq.out, *eq.args, **dict(eq.attrs))):
+        if t is None or p is None:
+            continue
+        p = p if isinstance(p, Var) else b.const(float(p))
+        term = t.coef * p if isinstance(t, _Chained) else p
+        coef = term if coef is None else coef + term
+    return None if coef is None else _Chained(coef, bases.pop())
 
 
 def jacobian_reverse(b: Builder, custom: dict, wrt: Var, of: Var, seed: Var | None = None) -> Var | None:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
+
 from ..ir.op import OPS, literal
 from ..ir.ops.elementwise import MathLowering
 from ..ir.printer import canonical_names, format_eqn
@@ -96,6 +98,7 @@ class Emitter:
         self.out_of = {}             # Var -> output arg it should be written to (first output only)
         for n, v in graph.outputs.items():
             self.out_of.setdefault(v, f"out_{n}")
+        self.early = _early_stores(graph, self.out_of)
         self.stored, last_use = liveness(self.items, graph.outputs.values())
         self.ws = Workspace(last_use)
         self.i = 0                   # the item being emitted
@@ -264,6 +267,9 @@ class Emitter:
 
     def _single(self, e):
         op, k = OPS[e.op], kind(e)
+        if e.op == "pack" and e.out in self.out_of:
+            self._pack_rest(e)
+            return
         if op.kind == "structural":
             op.lower(self, e)
             return
@@ -280,6 +286,18 @@ class Emitter:
             self.store[e.out] = name
         else:
             self.store[e.out] = self._view(e)
+        for at in self.early.pop(e.out, ()) if k in ("scalar", "load") else ():
+            self.out(f"{at} = {name}")
+
+    def _pack_rest(self, e):
+        """An output packed from scalars: the elements not stored as they were computed (inputs,
+        params, constants)."""
+        self.comment(e)
+        dst = self.alloc(e.out)
+        for a in dict.fromkeys(e.args):
+            for at in self.early.pop(a, ()):
+                self.out(f"{at} = {self.read(a, (), [])}")
+        self.bind(e.out, dst)
 
     def _view(self, e):
         src = self.store[e.args[0]]
@@ -305,3 +323,17 @@ class Emitter:
             dst = Buf.whole(out, v.shape)
             with self.out.loops(v.shape, "o") as idx:
                 self.out(f"{dst.at(idx)} = {self.read(v, v.shape, idx)}")
+
+
+def _early_stores(graph, out_of):
+    """{scalar Var: [output elements it is]} of the outputs packed from scalars (straight-line code).
+    Each element is stored right after the statement computing it: stored together at the end, the
+    values of a Hessian would all be live at once, more than the registers hold, and spill."""
+    early = {}
+    for e in graph.eqns:
+        if e.op == "pack" and e.out in out_of:
+            dst = Buf.whole(out_of[e.out], e.out.shape)
+            for k, a in enumerate(e.args):
+                idx = [str(i) for i in np.unravel_index(k, e.out.shape)]
+                early.setdefault(a, []).append(dst.at(idx))
+    return early

@@ -91,6 +91,7 @@ class Rule:
     masks: object = None        # elementwise only: masks(eqn, mask) -> per argument, the mask of its cotangent
     zeros: bool = False         # vjp makes exact zeros that must stay zero downstream (select): hard_zeros
     cut: bool = False           # the output is a constant to differentiation: nothing depends on the args through it
+    partials: object = None     # elementwise: partials(out, *args, **attrs), which jvp and vjp are made of
 
 # Masks keep `where` from turning a derivative into NaN (JAX's "double where" problem): the
 # cotangent a branch of select receives is exactly zero where the branch was not taken, but the
@@ -150,7 +151,7 @@ def from_partials(partials):
         return [None if p is None or a.dtype == "bool" else
                 unbroadcast(_guard(ct * p if mask is not None else hard_product(ct, p), mask), bs, a.shape)
                 for a, p in zip(e.args, ps)]
-    return Rule(jvp, vjp, _same_shape_masks)
+    return Rule(jvp, vjp, _same_shape_masks, partials=partials)
 
 
 def from_jacobians(jacobians):

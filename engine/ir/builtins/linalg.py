@@ -3,14 +3,15 @@
 No new ops means no new derivative rules: matmul and einsum are a broadcast product reduced over
 the contracted axes, which the code generator fuses into one loop nest that never stores the
 product (an einsum diagonal is a strided view); stack and concatenate are in-place updates of a
-zero array, whose adjoints are free views; det and inv are closed forms up to 4x4 and the LU ops
-(engine/ir/ops/linalg.py) above.
+zero array, whose adjoints are free views. det and inv take the ops of engine/ir/ops/linalg.py: up to
+4x4 the closed forms (det, and inv as cofactors over it), above them the LU ops.
 """
 from __future__ import annotations
 
 
 import numpy as np
 
+from ..ops.linalg import CLOSED_FORM, cofactor
 from .call import builtin
 from .constructors import stack
 
@@ -185,7 +186,6 @@ def _transpose(call):
     return call.emit("transpose", a, perm=perm)
 
 
-CLOSED_FORM = 4     # det and inv up to this size are unrolled cofactor forms; above, the lu ops
 LARGEST = 16        # the largest det, inv (and local solve) accepted, and tested
 
 
@@ -198,31 +198,11 @@ def _square_matrix(call, name):
     return a
 
 
-def _entries(call, a):
-    n = a.shape[0]
-    return [[call.emit("getitem", a, index=(i, j)) for j in range(n)] for i in range(n)]
-
-
-def _det_entries(call, m):
-    """Cofactor expansion, unrolled: closed forms for the 2x2 and 3x3 matrices of mechanics."""
-    n = len(m)
-    if n == 1:
-        return m[0][0]
-    if n == 2:
-        return call.emit("sub", call.emit("mul", m[0][0], m[1][1]), call.emit("mul", m[0][1], m[1][0]))
-    total = None
-    for j in range(n):
-        minor = [row[:j] + row[j + 1:] for row in m[1:]]
-        term = call.emit("mul", m[0][j], _det_entries(call, minor))
-        total = term if total is None else call.emit("add" if j % 2 == 0 else "sub", total, term)
-    return total
-
-
 @builtin("det")
 def _det(call):
     a = _square_matrix(call, "det")
     if a.shape[0] <= CLOSED_FORM:
-        return _det_entries(call, _entries(call, a))
+        return call.emit("det", a)
     return call.emit("lu_det", a, call.emit("lu", a))
 
 
@@ -232,20 +212,17 @@ def _inv(call):
 
 
 def inverse(call, a):
-    """inv(a) of a square matrix: cofactors up to 4x4, an LU factorization above."""
+    """inv(a) of a square matrix: cofactors over det up to 4x4, an LU factorization above."""
     n = a.shape[0]
     if n > CLOSED_FORM:
         return call.emit("lu_inv", a, call.emit("lu", a))
-    m = _entries(call, a)
-    det = _det_entries(call, m)
+    m = [[call.emit("getitem", a, index=(i, j)) for j in range(n)] for i in range(n)]
+    det = call.emit("det", a)
     rows = []
     for i in range(n):          # inv[i][j] = cofactor(j, i) / det
         row = []
         for j in range(n):
-            minor = [r[:i] + r[i + 1:] for k, r in enumerate(m) if k != j]
-            c = _det_entries(call, minor) if n > 1 else call.const(1.0)
-            if (i + j) % 2:
-                c = call.emit("neg", c)
+            c = cofactor(m, j, i, call.emit) if n > 1 else call.const(1.0)
             row.append(call.emit("div", c, det))
         rows.append(stack(call, row))
     return stack(call, rows)
