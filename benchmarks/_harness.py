@@ -20,6 +20,7 @@ import numba  # noqa: E402
 import numpy as np
 
 KERNEL_OPTS = dict(parallel=True, nogil=True, cache=False)     # as adgrad's kernels: IEEE, no fastmath
+SETTLE = 0.05       # seconds between timed calls (time_calls)
 SPREAD_NOTE = "spread = (max - min) / median of the timed calls"
 
 
@@ -52,6 +53,8 @@ def time_calls(runners, inputs, repeats):
     """Warm up every kernel once, then time `repeats` rounds that call each kernel once in turn
     (interleaved, so slow drifts of a shared machine hit all kernels alike). `runners`: name ->
     (callable, outputs); each is called as fn(*inputs).
+    Each call starts after a pause of SETTLE seconds: the thread pools of numba (OpenMP) and of XLA
+    keep spinning for a while after a call, on the cores the next kernel needs.
     Returns name -> (warm-up seconds, median seconds, (max - min) / median)."""
     warm, times = {}, {name: [] for name in runners}
     for name, (fn, _) in runners.items():
@@ -60,6 +63,7 @@ def time_calls(runners, inputs, repeats):
         warm[name] = time.perf_counter() - t0
     for _ in range(repeats):
         for name, (fn, _) in runners.items():
+            time.sleep(SETTLE)
             t0 = time.perf_counter()
             fn(*inputs)
             times[name].append(time.perf_counter() - t0)
