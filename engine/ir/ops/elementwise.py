@@ -31,7 +31,8 @@ def emit(op, *args, **attrs):
 
 class Inline(str):
     """A lowering template of plain arithmetic, comparisons, selects and sqrt: no call survives
-    numba's inlining, so a loop of these vectorizes (a str: every use of a template works as is)."""
+    inlining (the helpers it calls are forceinline), so a loop of these vectorizes (a str: every use
+    of a template works as is)."""
 
 
 inline = Inline
@@ -139,7 +140,9 @@ register(Op("stop", "elementwise", _shape("stop", 1, "f8"), lambda x: np.array(x
 op("add", 2, np.add, lambda y, a, b: (_one(a), _one(b)), inline("({0} + {1})"), commutative=True)
 op("sub", 2, np.subtract, lambda y, a, b: (_one(a), -1.0 * _one(b)), inline("({0} - {1})"))
 op("mul", 2, np.multiply, lambda y, a, b: (b, a), inline("({0} * {1})"), commutative=True)
-op("div", 2, np.divide, lambda y, a, b: (1.0 / b, -y / b), inline("({0} / {1})"))
+# the partials share one reciprocal: -y / b costs a division, -y * (1 / b) a product (a division is
+# 4-5 multiplications' time, and a pair's gradient in a potential had four of them by r)
+op("div", 2, np.divide, lambda y, a, b: (1.0 / b, -y * (1.0 / b)), inline("({0} / {1})"))
 op("pow", 2, np.power, lambda y, a, b: (b * a ** (b - 1.0), emit("log", a) * y),
    MathLowering(_pow, lambda a, b: _pow(a, b, "__vpow({0}, {1})")), helpers=("vecmath.vpow",))
 
@@ -151,7 +154,7 @@ vunary("log", np.log, lambda y, x: (1.0 / x,), "np.log({0})", "vlog")
 unary("log2", np.log2, lambda y, x: (1.0 / (LN2 * x),), "np.log2({0})")
 unary("log10", np.log10, lambda y, x: (1.0 / (LN10 * x),), "np.log10({0})")
 vunary("log1p", np.log1p, lambda y, x: (1.0 / (1.0 + x),), "np.log1p({0})", "vlog1p")
-unary("sqrt", np.sqrt, lambda y, x: (0.5 / y,), inline("np.sqrt({0})"))
+unary("sqrt", np.sqrt, lambda y, x: (0.5 * (1.0 / y),), inline("np.sqrt({0})"))   # 0.5 / y to the bit
 vunary("cbrt", np.cbrt, lambda y, x: (1.0 / (3.0 * _sq(y)),), "np.cbrt({0})", "vcbrt")
 unary("square", np.square, lambda y, x: (2.0 * x,), inline("({0} * {0})"))
 unary("abs", np.abs, lambda y, x: (emit("sign", x),), inline("abs({0})"))
@@ -247,5 +250,5 @@ def _select_masks(e, mask):
 
 
 register(Op("select", "elementwise", _shape("select", 3), lambda c, a, b: np.where(c, a, b),
-            Rule(_select_jvp, _select_vjp, _select_masks, zeros=True), inline("({1} if {0} else {2})"), per_output(1),
-            arity=3))
+            Rule(_select_jvp, _select_vjp, _select_masks, zeros=True), inline("__select({0}, {1}, {2})"), per_output(1),
+            helpers=("select",), arity=3))
