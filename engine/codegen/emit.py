@@ -169,7 +169,7 @@ class Emitter:
     # ---- items ------------------------------------------------------------------------------------
     @staticmethod
     def _as_number(v, expr):
-        return f"(1.0 if {expr} else 0.0)" if v.dtype == "bool" else expr
+        return f"__select({expr}, 1.0, 0.0)" if v.dtype == "bool" else expr
 
     def _group(self, grp):
         """One loop nest over grp.space: elementwise values as loop locals (stored where a later item
