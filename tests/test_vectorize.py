@@ -96,6 +96,20 @@ def test_eam_inner_loop_is_vectorized():
         assert_close(a[name], b[name], name)
 
 
+def test_eam_gradient_reads_the_stored_exp_back():
+    """The exp loop stores one value per neighbour, the exp its sum reads; the gradient's -alpha exp(...)
+    is computed again in the last loop (one product) instead of stored beside it and loaded back
+    (engine/codegen/schedule.py sink_inputs): a workspace of N floats, not 2N."""
+    kernel = compile_model(load_model(EAM), derivatives=[("E", "x")], mode="reverse")
+    n = kernel.graph.inputs["x"].shape[0]
+    assert kernel.workspace_size == n
+    x = np.random.default_rng(1).random((64, n))
+    out = kernel.evaluate({"x": x})
+    rho = np.exp(-3.0 * (x + 1.0))
+    d = rho.sum(axis=1)
+    np.testing.assert_allclose(out["dE_dx"], (2 * d + 3 * d ** 2 + d ** 3)[:, None] * -3.0 * rho, rtol=1e-13)
+
+
 # ---- every math function's vector form --------------------------------------------------------------
 
 SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 2.0, 5e-324, -5e-324,

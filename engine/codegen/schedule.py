@@ -47,10 +47,12 @@ def schedule(graph):
 
 
 def sink_inputs(items, graph):
-    """Move an arithmetic equation of inputs alone (no math call, no table) from the loop nest the greedy
-    pass put it in, which does not read it, to the later nest of the same space that does (all its
-    readers): it is computed where it is used instead of stored in the workspace and loaded back
-    (EAM's 2 R of the gradient of |R|^2, read by the last loop only)."""
+    """Move an arithmetic equation (no math call, no table) from the loop nest the greedy pass put it in,
+    which does not read it, to the later nest of the same space that does (all its readers): it is
+    computed where it is used instead of stored in the workspace and loaded back. Its arguments must be
+    inputs, or values stored anyway because another nest reads them too (EAM's 2 R of the gradient of
+    |R|^2, read by the last loop only; -alpha exp(...) of seed 000's gradient, from the exp its sum
+    reads)."""
     made = {e.out: i for i, it in enumerate(items) if isinstance(it, Group) for e in it.eqns}
     readers = {}
     for i, it in enumerate(items):
@@ -64,7 +66,7 @@ def sink_inputs(items, graph):
         for e in list(it.eqns):
             op, at = OPS[e.op], readers.get(e.out, set())
             if kind(e) != "elem" or op.kind != "elementwise" or op.helpers or e.out in outputs or len(at) != 1 \
-                    or any(a in made for a in e.args) or not isinstance(op.lower, str):
+                    or not all(_stored(a, made, readers, items) for a in e.args) or not isinstance(op.lower, str):
                 continue
             j = next(iter(at))
             if j > i and isinstance(items[j], Group) and items[j].space == it.space:
@@ -72,6 +74,16 @@ def sink_inputs(items, graph):
                 items[j].eqns.insert(0, e)
                 made[e.out] = j
     return [it for it in items if not isinstance(it, Group) or it.eqns]
+
+
+def _stored(a, made, readers, items):
+    """Whether a later nest can read `a` without storing it for that alone: an input or a scalar, or a
+    value another nest reads, or one its own nest sums (the vectorized nest keeps what it sums in
+    the workspace and adds it up after the loop, engine/codegen/vector.py)."""
+    if a not in made:
+        return True
+    grp = items[made[a]]
+    return bool(readers[a] - {made[a]}) or any(kind(r) == "reduce" and a in r.args for r in grp.eqns)
 
 
 class _Scheduler:
