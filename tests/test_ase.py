@@ -194,6 +194,32 @@ def test_skin_and_slot_growth_do_not_change_results(cu_model):
     assert kept.kernel is kernel                    # no recompile while the slots suffice
 
 
+def test_recalculates_exactly_when_what_the_model_reads_changes(cuni):
+    """check_state compares positions, numbers, cell and pbc exactly: the same atoms again are answered
+    from the results, and any change of those (a displacement of 1e-12 A, a swapped species, a strained
+    cell) is recalculated."""
+    (atoms, _), calls = alloy(2), []
+    atoms.calc = cuni
+    inner = cuni.calculate
+    cuni.calculate = lambda *a, **k: (calls.append(1), inner(*a, **k))
+    try:
+        e = atoms.get_potential_energy()
+        atoms.get_forces(), atoms.get_stress(), atoms.get_potential_energies()
+        assert len(calls) == 1
+        atoms.positions[3, 1] += 1e-12
+        atoms.get_forces()
+        assert len(calls) == 2
+        numbers = atoms.numbers.copy()
+        numbers[0] = 28 if numbers[0] == 29 else 29            # Cu <-> Ni
+        atoms.numbers = numbers
+        assert atoms.get_potential_energy() != e and len(calls) == 3
+        atoms.set_cell(atoms.cell * 1.001, scale_atoms=True)
+        atoms.get_stress()
+        assert len(calls) == 4
+    finally:
+        del cuni.calculate
+
+
 def test_three_body_model_without_species_inputs():
     """configs/si_sw_model.yaml (Stillinger-Weber silicon: inputs R and valid only, pairs of neighbours
     as N x N arrays): forces and stress against finite differences."""

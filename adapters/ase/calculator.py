@@ -63,6 +63,18 @@ class AdgradCalculator(Calculator):
         self._allocate(0)
         self._list = None           # (neighbour list, positions, cell, pbc, numbers) when it was built
 
+    def check_state(self, atoms, tol=1e-15):
+        """What changed since the last calculation among what the model reads (positions, numbers, cell,
+        pbc), compared exactly. ASE's own comparison runs allclose over every per-atom array, 0.1 ms a
+        call and two calls a step (forces, then stress): 5% of a 256-atom step."""
+        old = self.atoms
+        if old is None or len(old) != len(atoms):
+            return list(all_changes)
+        return [name for name, a, b in (("positions", old.positions, atoms.positions),
+                                        ("numbers", old.numbers, atoms.numbers),
+                                        ("cell", old.cell.array, atoms.cell.array), ("pbc", old.pbc, atoms.pbc))
+                if not np.array_equal(a, b)]
+
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
         super().calculate(atoms, properties, system_changes)
         atoms = self.atoms
