@@ -71,8 +71,16 @@ def test_lookup_is_lammps_bits_inside_and_beyond_the_grid():
     for order in (0, 1):
         got = tables.evaluate(s[None], x, 0.0, 0.0, 1.0 / dx, 40, xlin, order)
         assert np.array_equal(got, want[:, order])
-        compiled = np.array([scalar.table(s.ravel(), 0.0, 1, xi, 0.0, 1.0 / dx, 40, xlin, order) for xi in x])
+        compiled = np.array([compiled_table(s.ravel(), xi, 0.0, 1.0 / dx, 40, xlin, order) for xi in x])
         assert np.array_equal(compiled, want[:, order])
+
+
+def compiled_table(c, x, x0, rdx, n, xlin, order):
+    """Table 0 of the flat coefficients c at x through the four compiled helpers, as generated kernels call
+    them (engine/ir/ops/tables.py tabulated)."""
+    m = scalar.table_segment(x, x0, rdx, n)
+    return scalar.table_at(c, x, scalar.table_fraction(x, m, x0, rdx), scalar.table_row(0.0, m, 1, n),
+                           c.shape[0] - 7.0, rdx, xlin, order)
 
 
 @pytest.mark.parametrize("order", [0, 1, 2])

@@ -202,15 +202,6 @@ def table_at(c, x, p, k, last, rdx, xlin, order):
 
 
 @njit(inline="always", error_model="numpy")
-def table(c, t, ntab, x, x0, rdx, n, xlin, order):
-    """A table at x in one call (engine/numeric/tables.py evaluate): the composition of the four ops
-    above, as the model language emits it."""
-    m = table_segment(x, x0, rdx, n)
-    return table_at(c, x, table_fraction(x, m, x0, rdx), table_row(t, m, ntab, n), c.shape[0] - 7.0, rdx, xlin,
-                    order)
-
-
-@njit(inline="always", error_model="numpy")
 def take(a, t, n):
     """The take op for one element (its reference: engine/numeric/tables.py take_reference)."""
     if not (t >= 0.0 and t < n and t == math.floor(t)):

@@ -35,16 +35,16 @@ def merge_matfun_derivatives(graph: Graph) -> Graph:
     with b.active():
         for e in graph.eqns:
             args = [env.get(a, a) for a in e.args]
+            t = _terms(b, e, args, terms, values)
             if e.op == "trfun":
                 out = b.emit("reduce_sum", values.of(e, args), axes=(0,))
             elif e.op == "matfun":
                 out = b.emit("eigvalsh_d", args[0], args[1], values.of(e, args), adjoint=True)
             elif e.op == "matfun_d1":          # its divided differences a value, shared by every direction
-                (a, ev, direction), g = _terms(b, e, args, terms, values)
+                (a, ev, direction), g = t
                 out = b.emit("eig_d1", a, ev, g, direction)
             else:
                 out = b.emit(e.op, *args, **dict(e.attrs))
-            t = _terms(b, e, args, terms, values)
             if t is not None:
                 if e.op in ("add", "sub"):
                     a, ev, direction = t[0]

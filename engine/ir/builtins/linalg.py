@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.linalg import CLOSED_FORM, cofactor
+from ..ops.linalg import CLOSED_FORM, cofactor, entries
 from .call import builtin
 from .constructors import stack
 
@@ -216,7 +216,7 @@ def inverse(call, a):
     n = a.shape[0]
     if n > CLOSED_FORM:
         return call.emit("lu_inv", a, call.emit("lu", a))
-    m = [[call.emit("getitem", a, index=(i, j)) for j in range(n)] for i in range(n)]
+    m = entries(a, call.emit)
     det = call.emit("det", a)
     rows = []
     for i in range(n):          # inv[i][j] = cofactor(j, i) / det

@@ -51,6 +51,11 @@ def expansion(m, op):
     return total
 
 
+def entries(a, emit):
+    """The entries of the matrix Var a as a nested list of scalar Vars."""
+    return [[emit("getitem", a, index=(i, j)) for j in range(a.shape[1])] for i in range(a.shape[0])]
+
+
 def minor(m, i, j):
     """m without row i and column j."""
     return [r[:j] + r[j + 1:] for k, r in enumerate(m) if k != i]
@@ -70,7 +75,7 @@ def _cofactors(a):
     n = a.shape[0]
     if n == 1:
         return emit("array", data=(1.0,), shape=(1, 1))
-    m = [[emit("getitem", a, index=(i, j)) for j in range(n)] for i in range(n)]
+    m = entries(a, emit)
     return emit("pack", *[cofactor(m, i, j, emit) for i in range(n) for j in range(n)], shape=(n, n))
 
 
