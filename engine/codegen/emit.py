@@ -65,9 +65,14 @@ class Lines:
 
     @contextlib.contextmanager
     def loops(self, shape, prefix="i"):
+        """Nested loops over shape; an axis of extent 1 is the statement `i = 0`, not a loop (each
+        loop is blocks and an iterator that numba types, lowers and LLVM then optimizes away)."""
         idx = [f"{prefix}{k}" for k in range(len(shape))]
         saved = self.depth
         for k, d in enumerate(shape):
+            if d == 1:
+                self(f"{idx[k]} = 0")
+                continue
             self(f"for {idx[k]} in range({d}):")
             self.depth += 4
         try:
@@ -213,16 +218,17 @@ class Emitter:
         """The accumulators' start values, then the loop nest; `split` reductions are left to the
         caller, `flag` ORs the lanes that need libm's trigonometric functions."""
         space = grp.space
-        for e in grp.eqns:                     # accumulators first, outside the loop
+        fills = []                             # accumulators first, outside the loop
+        for e in grp.eqns:
             if kind(e) == "reduce" and e.out not in split:
                 start = literal(OPS[e.op].lower.identity)
                 if e.out.shape:
                     self.store[e.out] = bufs[e.out]
-                    with self.out.loops(e.out.shape, "f") as idx:
-                        self.out(f"{bufs[e.out].at(idx)} = {start}")
+                    fills.append((bufs[e.out], start))
                 else:
                     self.store[e.out] = self.vname[e.out]
                     self.out(f"{self.vname[e.out]} = {start}")
+        self._fill(fills)
         with self.out.loops(space) as idx:
             for e in grp.eqns:
                 if e.out in split:              # after the loop (vector.reduce_tail)
@@ -239,6 +245,29 @@ class Emitter:
                     self.out(f"{bufs[e.out].at(idx)} = {self._as_number(e.out, self.vname[e.out])}")
         for v, buf in bufs.items():
             self.store[v] = buf                 # items after the loop read the stored array
+
+    def _fill(self, fills):
+        """Set each (Buf, start value): one flat loop per run of contiguous blocks of one array with
+        one start value (the accumulators of a nest are mostly adjacent workspace blocks)."""
+        runs = []                              # [array, first, stop, start value]
+        for buf, start in fills:
+            if not buf.contiguous:
+                with self.out.loops(buf.shape, "f") as idx:
+                    self.out(f"{buf.at(idx)} = {start}")
+                continue
+            size = int(np.prod(buf.shape))
+            for run in runs:
+                if run[0] == buf.array and run[3] == start and buf.offset in (run[2], run[1] - size):
+                    run[1], run[2] = min(run[1], buf.offset), max(run[2], buf.offset + size)
+                    break
+            else:
+                runs.append([buf.array, buf.offset, buf.offset + size, start])
+        for array, first, stop, start in runs:
+            if stop - first == 1:
+                self.out(f"{array}[{first}] = {start}")
+                continue
+            with self.out.block(f"for f0 in range({first}, {stop}):" if first else f"for f0 in range({stop}):"):
+                self.out(f"{array}[f0] = {start}")
 
     def _elem(self, e, space, idx, math, flag):
         """An elementwise equation (or a view or loop expression) inside a loop nest, as a loop local."""
