@@ -158,8 +158,10 @@ class CompiledKernel:
         than `serial_below` points (default 1024) or threads=1 run on the calling thread, with no
         parallel launch, to the same bits. `nonfinite`: an optional bool array (M,), set to whether
         each point's inputs or float64 results hold a NaN or an infinity.
+        An out array that shares memory with an input or another out array is a ValueError.
         Returns {name: array or that ExactSum}."""
         m = self._points(inputs)
+        _no_overlap(inputs, out or {})
         results, targets, finish = self._targets(m, {} if out is None else out)
         before = numba.get_num_threads() if threads else None
         try:
@@ -211,6 +213,17 @@ class CompiledKernel:
                 rows = targets[name] = np.empty(full)
                 finish.append(lambda dst=dst, rows=rows: dst.__setitem__(Ellipsis, rows))
         return results, targets, finish
+
+
+def _no_overlap(inputs, out):
+    """Raise if an out array shares memory with an input or another out array: the kernels store each
+    result as soon as it is computed, so a later read of an input it overlaps would see the result."""
+    arrays = [(f"out['{n}']", a) for n, a in out.items() if isinstance(a, np.ndarray)]
+    others = arrays + [(f"input '{n}'", a) for n, a in inputs.items() if isinstance(a, np.ndarray)]
+    for k, (name, a) in enumerate(arrays):
+        for other, b in others[k + 1:]:
+            if np.may_share_memory(a, b) and np.shares_memory(a, b):    # bounds first, then exact
+                raise ValueError(f"{name} shares memory with {other}: give each output its own array")
 
 
 _pools = {}     # (pid, size) -> threads that run_threads adds to the calling one (a forked child has none)

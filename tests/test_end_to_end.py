@@ -3,6 +3,7 @@ every mode, allocation-free kernels (numba NRT stats) and the on-disk compile ca
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -204,6 +205,28 @@ def test_evaluate_flags_points_with_nonfinite_inputs_or_results(model_from_text)
     flags = np.ones(8, dtype=bool)
     kernel.evaluate({"x": x}, nonfinite=flags)
     assert np.flatnonzero(flags).tolist() == [3, 5, 6]
+
+
+def test_out_arrays_that_share_memory_with_inputs_or_each_other_are_refused(model_from_text):
+    """The kernels store each result as soon as it is computed, so an out array over an input would
+    be read back as that input: refused before anything is written, as are two outputs in one array.
+    Disjoint views of one buffer are fine (exact overlap, not just overlapping bounds)."""
+    model = model_from_text("adgrad: 1\ninputs:\n  x: {shape: [2]}\noutputs:\n  E: x[0] * exp(x[1])\n", "alias")
+    kernel = compile_model(model, [("E", "x")], mode="forward")
+    x = np.random.default_rng(0).standard_normal((10, 2))
+    expect = kernel.evaluate({"x": x})
+    for out, message in (({"dE_dx": x}, "out['dE_dx'] shares memory with input 'x'"),
+                         ({"E": x[:, 1]}, "out['E'] shares memory with input 'x'"),
+                         ({"E": x[:, 0], "dE_dx": np.empty((10, 2))}, "out['E'] shares memory with input 'x'")):
+        before = x.copy()
+        with pytest.raises(ValueError, match=re.escape(message)):
+            kernel.evaluate({"x": x}, out=out)
+        assert x.tobytes() == before.tobytes()
+    both = np.empty((10, 3))
+    with pytest.raises(ValueError, match=re.escape("out['E'] shares memory with out['dE_dx']")):
+        kernel.evaluate({"x": x}, out={"E": both[:, 0], "dE_dx": both[:, :2]})
+    got = kernel.evaluate({"x": x}, out={"E": both[:, 0], "dE_dx": both[:, 1:]})     # interleaved, disjoint
+    assert got["E"].tobytes() == expect["E"].tobytes() and np.array_equal(got["dE_dx"], expect["dE_dx"])
 
 
 @pytest.mark.parametrize("m", [0, 1, 15, 16, 17, 2 * 64 * 16 + 3, 20_011])
