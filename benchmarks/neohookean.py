@@ -9,6 +9,8 @@ Model (compressible neo-Hookean, mu = 1, lam = 2), per point F in R^{3x3}, J = d
 It times, in one process and with the same numba thread count:
   hand stress          closed-form W and P (cofactors, one log, one division), the reference
   hand stress+tangent  closed-form W, P and A, the reference for the tangent
+  hand-params stress   hand stress with mu and lam as run-time arguments, as adgrad's params are (the
+                       reference kernel has them as constants: mu = 1 folds mu F away)
   adgrad stress        compile_model(derivatives=[("W", "F")], mode="auto")
   adgrad stress+tangent compile_model(derivatives=[("W", "F"), ("W", ["F", "F"])], mode="auto")
   hand floor stress    reads F, writes W and P (80 bytes per point): the memory floor of W+P
@@ -71,8 +73,9 @@ REQUESTS = {
 # ---------------------------------------------------------------- hand-written kernels
 
 @njit(inline="always")
-def _energy_and_G(F, i, G):
-    """Fill G = F^-T (3x3 scratch) for point i; return (W, ln J)."""
+def _energy_and_G(F, i, G, MU, LAM):
+    """Fill G = F^-T (3x3 scratch) for point i; return (W, ln J). MU and LAM are the module's
+    constants (folded into the code) except in hand_stress_params."""
     a, b, c = F[i, 0, 0], F[i, 0, 1], F[i, 0, 2]
     d, e, f = F[i, 1, 0], F[i, 1, 1], F[i, 1, 2]
     g, h, k = F[i, 2, 0], F[i, 2, 1], F[i, 2, 2]
@@ -96,9 +99,9 @@ def _energy_and_G(F, i, G):
 
 
 @njit(inline="always")
-def _energy_and_stress(F, i, G, W, P):
+def _energy_and_stress(F, i, G, W, P, MU=MU, LAM=LAM):
     """W[i], P[i] = mu F + s G and G = F^-T for point i; returns s = lam ln J - mu."""
-    w, lnJ = _energy_and_G(F, i, G)
+    w, lnJ = _energy_and_G(F, i, G, MU, LAM)
     W[i] = w
     s = LAM * lnJ - MU
     for p in range(3):
@@ -115,6 +118,16 @@ def hand_stress(F, W, P):
         G = np.empty((3, 3))                      # scratch, one per block of points
         for i in range(b * BLOCK, min(M, (b + 1) * BLOCK)):
             _energy_and_stress(F, i, G, W, P)
+
+
+@njit(**KERNEL_OPTS)
+def hand_stress_params(F, W, P, mu, lam):
+    """hand_stress with mu and lam as arguments."""
+    M = F.shape[0]
+    for b in prange((M + BLOCK - 1) // BLOCK):
+        G = np.empty((3, 3))
+        for i in range(b * BLOCK, min(M, (b + 1) * BLOCK)):
+            _energy_and_stress(F, i, G, W, P, mu, lam)
 
 
 @njit(**KERNEL_OPTS)
@@ -170,11 +183,13 @@ def hand_runners(M):
     W1, P1 = np.empty(M), np.empty((M, 3, 3))
     W2, P2, A2 = np.empty(M), np.empty((M, 3, 3)), np.empty((M, 3, 3, 3, 3))
     W3, P3 = np.empty(M), np.empty((M, 3, 3))
+    W5, P5 = np.empty(M), np.empty((M, 3, 3))
     W4, P4, A4 = np.empty(M), np.empty((M, 3, 3)), np.empty((M, 3, 3, 3, 3))
     return {
         "hand stress": (lambda F: hand_stress(F, W1, P1), {"W": W1, "dW_dF": P1}),
         "hand stress+tangent": (lambda F: hand_stress_tangent(F, W2, P2, A2),
                                 {"W": W2, "dW_dF": P2, "d2W_dF_dF": A2}),
+        "hand-params stress": (lambda F: hand_stress_params(F, W5, P5, MU, LAM), {"W": W5, "dW_dF": P5}),
         "hand floor stress": (lambda F: floor_stress(F, W3, P3), {}),
         "hand floor stress+tangent": (lambda F: floor_stress_tangent(F, W4, P4, A4), {}),
     }
@@ -279,7 +294,7 @@ def check_tangent_fd(F, rows=500, h=1e-6, tol=1e-7):
 
 
 def check_adgrad(outs, tol=1e-10):
-    pairs = [("adgrad stress", "hand stress", ["W", "dW_dF"]),
+    pairs = [("adgrad stress", "hand stress", ["W", "dW_dF"]), ("adgrad stress", "hand-params stress", ["W", "dW_dF"]),
              ("adgrad stress+tangent", "hand stress+tangent", ["W", "dW_dF", "d2W_dF_dF"])]
     for ad, hand, keys in pairs:
         for key in keys:
@@ -339,6 +354,8 @@ def main(argv=None):
     print_target("adgrad stress+tangent / hand", t["adgrad stress+tangent"] / t["hand stress+tangent"], TARGET)
     for what in ("stress", "stress+tangent"):
         print_target(f"adgrad {what} / hand (issue 12)", t[f"adgrad {what}"] / t[f"hand {what}"], TARGET_12)
+    print(f"(adgrad stress / hand-params stress: {t['adgrad stress'] / t['hand-params stress']:.2f}; "
+          "the same math with mu and lam read at run time)")
     if args.json:
         write_json(args.json, "neohookean.py", rows)
     if ctimes:
