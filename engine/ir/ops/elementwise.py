@@ -31,8 +31,8 @@ def emit(op, *args, **attrs):
 
 class Inline(str):
     """A lowering template of plain arithmetic, comparisons, selects and sqrt: no call survives
-    inlining (the helpers it calls are forceinline), so a loop of these vectorizes (a str: every use
-    of a template works as is)."""
+    inlining (the helpers it calls are inlined or intrinsics), so a loop of these vectorizes (a str:
+    every use of a template works as is)."""
 
 
 inline = Inline
