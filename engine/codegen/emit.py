@@ -28,7 +28,7 @@ import contextlib
 
 import numpy as np
 
-from ..ir.op import OPS, literal
+from ..ir.op import OPS, cstrides, literal
 from ..ir.ops.elementwise import MathLowering
 from ..ir.printer import canonical_names, format_eqn
 from . import vector
@@ -84,9 +84,18 @@ class Lines:
 class Emitter:
     """math: "vector" (vecmath's functions in the loop nests that vectorize, vector.py) or "libm"."""
 
-    def __init__(self, graph, input_names, param_names, output_names, math="vector"):
+    def __init__(self, graph, input_names, param_names, output_names, math="vector", lanes=False):
         self.g = graph
         self.math = math
+        # lanes (straight-line code only, vector.lanes_fit): the body runs for point b of a block,
+        # its inputs and outputs at work[(row + k) * LANES_BLOCK + b], rows in argument order
+        self.lanes = {}
+        if lanes:
+            row = 0
+            for name, v in [*(("in_" + n, graph.inputs[n]) for n in input_names),
+                            *(("out_" + n, graph.outputs[n]) for n in output_names)]:
+                self.lanes[name] = (row, max(1, v.size))
+                row += max(1, v.size)
         self.calls = []              # (function, "vector" | "libm", where and why) per math call emitted
         self.items = schedule(graph)
         # names from the equation's position, not the Var's process-wide id: the same model gives
@@ -99,18 +108,29 @@ class Emitter:
             [f"out_{n}" for n in output_names]
         for prefix, vs in (("in", graph.inputs), ("p", graph.params)):
             for n, v in vs.items():
-                self.store[v] = f"{prefix}_{n}[0]" if not v.shape else Buf.whole(f"{prefix}_{n}", v.shape)
+                buf = self.row_buf(f"{prefix}_{n}", v.shape)
+                self.store[v] = buf.at([]) if not v.shape else buf
         self.out_of = {}             # Var -> output arg it should be written to (first output only)
         for n, v in graph.outputs.items():
             self.out_of.setdefault(v, f"out_{n}")
-        self.early = _early_stores(graph, self.out_of)
+        self.early = _early_stores(graph, self.out_of, self.row_buf)
         self.stored, last_use = liveness(self.items, graph.outputs.values())
         self.ws = Workspace(last_use)
         self.i = 0                   # the item being emitted
 
     @property
     def work_size(self):
-        return self.ws.size
+        lanes = sum(size for _, size in self.lanes.values()) * vector.LANES_BLOCK
+        return max(self.ws.size, lanes)
+
+    def row_buf(self, name, shape):
+        """Where argument `name` (in_x, p_x, out_x) of a point lives: its row, or in a lanes kernel
+        (inputs and outputs) its elements of this block in the workspace."""
+        if name not in self.lanes:
+            return Buf.whole(name, shape)
+        row, _ = self.lanes[name]
+        step = vector.LANES_BLOCK
+        return Buf("work", row * step, tuple(shape), tuple(s * step for s in cstrides(shape)), lane=True)
 
     def emit(self):
         """The body of the point function, as lines."""
@@ -139,7 +159,7 @@ class Emitter:
 
     def alloc(self, v):
         if v in self.out_of:
-            return Buf.whole(self.out_of[v], v.shape)
+            return self.row_buf(self.out_of[v], v.shape)
         return self.ws.alloc(v, self.i)
 
     def reuse(self, old, new):
@@ -306,9 +326,11 @@ class Emitter:
         name = self.vname[e.out]
         if k == "scalar":
             xs = self._elem_args(e, (), [])
+            math = "vector" if self.lanes else "libm"
             if vector.is_call(e, xs):
-                self.calls.append((vector.function(e), "libm", "straight-line code"))
-            self.out(f"{name} = {elem_expr(e, xs)}")
+                self.calls.append((vector.function(e), math, f"straight-line code, {vector.LANES_BLOCK} points "
+                                   "per vector pass" if self.lanes else "straight-line code"))
+            self.out(f"{name} = {elem_expr(e, xs, math)}")
             self.store[e.out] = name
         elif k == "load":
             self.out(f"{name} = {self._view(e).at([])}")
@@ -345,23 +367,22 @@ class Emitter:
         return dst
 
     def _copy_out(self, v, out):
-        s = self.store[v]
+        s, dst = self.store[v], self.row_buf(out, v.shape)
         if isinstance(s, str):
-            self.out(f"{out}[0] = {self._as_number(v, s)}")
-        elif s.array != out:
-            dst = Buf.whole(out, v.shape)
+            self.out(f"{dst.at([])} = {self._as_number(v, s)}")
+        elif (s != dst) if self.lanes else (s.array != out):     # not already computed in place
             with self.out.loops(v.shape, "o") as idx:
                 self.out(f"{dst.at(idx)} = {self.read(v, v.shape, idx)}")
 
 
-def _early_stores(graph, out_of):
+def _early_stores(graph, out_of, row_buf):
     """{scalar Var: [output elements it is]} of the outputs packed from scalars (straight-line code).
     Each element is stored right after the statement computing it: stored together at the end, the
     values of a Hessian would all be live at once, more than the registers hold, and spill."""
     early = {}
     for e in graph.eqns:
         if e.op == "pack" and e.out in out_of:
-            dst = Buf.whole(out_of[e.out], e.out.shape)
+            dst = row_buf(out_of[e.out], e.out.shape)
             for k, a in enumerate(e.args):
                 idx = [str(i) for i in np.unravel_index(k, e.out.shape)]
                 early.setdefault(a, []).append(dst.at(idx))

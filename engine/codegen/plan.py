@@ -16,11 +16,13 @@ from .schedule import Group, Single, kind
 
 @dataclass(frozen=True)
 class Buf:
-    """A strided view of a flat array named `array`: element idx is array[offset + sum(idx*strides)]."""
+    """A strided view of a flat array named `array`: element idx is array[offset + sum(idx*strides)],
+    plus `b` with `lane` (a point's element in a lanes kernel's block, codegen/vector.py LANES)."""
     array: str
     offset: int
     shape: tuple
     strides: tuple
+    lane: bool = False
 
     @classmethod
     def whole(cls, array, shape, offset=0):
@@ -31,7 +33,7 @@ class Buf:
         return all(s == c or d == 1 for s, d, c in zip(self.strides, self.shape, cstrides(self.shape)))
 
     def view(self, offset, shape, strides):
-        return Buf(self.array, offset, tuple(shape), tuple(strides))
+        return Buf(self.array, offset, tuple(shape), tuple(strides), self.lane)
 
     def at(self, idx_terms):
         """Index expression for per-axis index strings (None for axes fixed at 0)."""
@@ -40,6 +42,8 @@ class Buf:
             if it is None or d == 1 or st == 0:
                 continue
             terms.append(it if st == 1 else f"{it}*{st}")
+        if self.lane:
+            terms.append("b")
         return f"{self.array}[{' + '.join(terms) or '0'}]"
 
 

@@ -15,7 +15,14 @@ each inlined call costs 0.2-0.8 s of compile time. So the policy, with `math: ve
   vector loop: beyond its default of 8 comparisons it vectorizes narrower if its cost model
   accepts the checks, beyond about 128 not at all; an exp loop writing 4 to 8 arrays measured
   1.2-1.8x faster than libm, one with 90 comparisons slower);
-- straight-line code (scalarized kernels, statements outside loops) and every other nest call libm;
+- a straight-line kernel (scalarized) with few inputs and outputs per point runs as a lanes kernel:
+  its body in a loop over a block of BLOCK points whose inputs and outputs the batch driver moves
+  into the workspace, element k of point b at work[(row + k) * BLOCK + b], and back (see lanes_fit).
+  The strides are literals, so LLVM sees unit-stride accesses a constant distance apart, needs no
+  runtime alias check and vectorizes the loop over points with the vector forms: neo-Hookean W+P
+  ran 1.56x faster on one thread (2026-11-26). The point function goes through the same body for
+  its one point, so the strided driver and kernel.point_kernel give the same bits;
+- other straight-line code (statements outside loops) and every other nest call libm;
 - `math: libm` calls libm everywhere (numpy's bits of every function); nothing else changes, the
   loop nests and the order of every sum are the same in both modes.
 
@@ -41,6 +48,9 @@ from .schedule import kind
 
 MIN_LANES = 16      # innermost iterations below which LLVM leaves the loop scalar (measured, AVX-512)
 LANES = 8           # partial accumulators of a split reduction (sum of 1000: 4 cost 260 ns, 8 and 16 10 ns)
+LANES_IO = 32       # inputs + outputs per point of a lanes kernel: above, moving them costs more than
+                    # vectorizing saves (neo-Hookean W+P, 19: 1.56x faster; W+P+A, 100: 1.9x slower)
+LANES_BLOCK = 32    # points per pass of a lanes kernel (their values, LANES_IO * 32 * 8 bytes, stay in L1)
 MAX_CHECKS = 32     # runtime alias checks beyond which a vector nest is no faster than libm (measured)
 
 
@@ -150,3 +160,20 @@ def _pairwise(combine, terms):
     while len(terms) > 1:
         terms = [combine.format(*terms[k:k + 2]) if k + 1 < len(terms) else terms[k] for k in range(0, len(terms), 2)]
     return terms[0]
+
+
+def lanes_fit(graph, math):
+    """Whether straight-line (scalarized) `graph` runs as a lanes kernel: math "vector", at most
+    LANES_IO values in and out per point, and every equation plain arithmetic or a math function
+    whose vector form needs no libm fallback (sin, cos and tan beyond TRIG_MAX do)."""
+    if math != "vector" or not graph.inputs or not graph.outputs:
+        return False
+    if sum(max(1, v.size) for v in (*graph.inputs.values(), *graph.outputs.values())) > LANES_IO:
+        return False
+    for e in graph.eqns:
+        lower = OPS[e.op].lower
+        if kind(e) in ("load", "const") or e.op == "pack" or isinstance(lower, Inline):
+            continue
+        if not isinstance(lower, MathLowering) or lower.fallback:
+            return False
+    return True
