@@ -16,12 +16,12 @@ each inlined call costs 0.2-0.8 s of compile time. So the policy, with `math: ve
   accepts the checks, beyond about 128 not at all; an exp loop writing 4 to 8 arrays measured
   1.2-1.8x faster than libm, one with 90 comparisons slower);
 - a straight-line kernel (scalarized) with few inputs and outputs per point runs as a lanes kernel:
-  its body in a loop over a block of BLOCK points whose inputs and outputs the batch driver moves
-  into the workspace, element k of point b at work[(row + k) * BLOCK + b], and back (see lanes_fit).
-  The strides are literals, so LLVM sees unit-stride accesses a constant distance apart, needs no
-  runtime alias check and vectorizes the loop over points with the vector forms: neo-Hookean W+P
-  ran 1.56x faster on one thread (2026-11-26). The point function goes through the same body for
-  its one point, so the strided driver and kernel.point_kernel give the same bits;
+  its body in a loop over a block of LANES_BLOCK points whose inputs and outputs the drivers move
+  into the workspace, element k of point b at work[(row + k) * LANES_BLOCK + b], and back (see
+  lanes_fit). The strides are literals, so LLVM sees unit-stride accesses a constant distance
+  apart, needs no runtime alias check and vectorizes the loop over points with the vector forms
+  (neo-Hookean W+P on one thread: 22.8 -> 12.4 ns/point, 2026-11-26). The point function goes
+  through the same body for its one point, so kernel.point_kernel gives the drivers' bits;
 - other straight-line code (statements outside loops) and every other nest call libm;
 - `math: libm` calls libm everywhere (numpy's bits of every function); nothing else changes, the
   loop nests and the order of every sum are the same in both modes.
@@ -49,7 +49,7 @@ from .schedule import kind
 MIN_LANES = 16      # innermost iterations below which LLVM leaves the loop scalar (measured, AVX-512)
 LANES = 8           # partial accumulators of a split reduction (sum of 1000: 4 cost 260 ns, 8 and 16 10 ns)
 LANES_IO = 32       # inputs + outputs per point of a lanes kernel: above, moving them costs more than
-                    # vectorizing saves (neo-Hookean W+P, 19: 1.56x faster; W+P+A, 100: 1.9x slower)
+                    # vectorizing saves (neo-Hookean W+P, 19: 1.8x faster; W+P+A, 100: 1.9x slower)
 LANES_BLOCK = 32    # points per pass of a lanes kernel (their values, LANES_IO * 32 * 8 bytes, stay in L1)
 MAX_CHECKS = 32     # runtime alias checks beyond which a vector nest is no faster than libm (measured)
 
