@@ -84,6 +84,7 @@ class CompiledKernel:
     math: str = "vector"        # vector | libm (engine/codegen/vector.py)
     math_calls: tuple = ()      # (function, "vector" | "libm", where and why) per math call in the source
     serial_below: int = SERIAL_BELOW    # calls on fewer points run on the calling thread
+    lanes: bool = False         # straight-line code run across points (engine/codegen/vector.py lanes_fit)
 
     @property
     def point_kernel(self):

@@ -22,6 +22,7 @@ from llvmlite import binding as llvm
 
 from adgrad.engine import compile_model
 from adgrad.engine.codegen.vector import LANES_BLOCK
+from adgrad.engine.tools.explain import explain
 
 NEO_HOOKE = """\
 adgrad: 1
@@ -52,7 +53,8 @@ SIZES = [0, 1, LANES_BLOCK - 1, LANES_BLOCK, LANES_BLOCK + 1, 1001]
 
 
 def is_lanes(kernel):
-    return "def lanes(" in kernel.source
+    assert kernel.lanes == ("def lanes(" in kernel.source)
+    return kernel.lanes
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +74,7 @@ def test_which_kernels_run_in_lanes(neo, model_from_text):
     model, vec, lib = neo
     assert is_lanes(vec) and ("log", "vector", f"straight-line code, {LANES_BLOCK} points per vector pass") \
         in vec.math_calls
+    assert "kernel: straight-line scalar code (small tensors scalarized), run across points" in explain(model)
     assert not is_lanes(lib) and lib.math_calls == (("log", "libm", "straight-line code"),)
     tangent = compile_model(model, [("W", "F"), ("W", ["F", "F"])])
     assert tangent.scalarized and not is_lanes(tangent)          # 9 + 1 + 9 + 81 values a point

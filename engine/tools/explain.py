@@ -31,7 +31,8 @@ def explain(model, config=None, parts=PARTS, mode=None, math=None) -> str:
             lines.append(f"  {d.name}: {d.mode} ({c.reason}; estimated work forward {c.forward_cost}, "
                          f"reverse {c.reverse_cost})")
         lines.append(f"workspace: {kernel.workspace_size} floats per thread")
-        lines.append("kernel: " + ("straight-line scalar code (small tensors scalarized)" if kernel.scalarized
+        lanes = ", run across points (a lanes kernel)" if kernel.lanes else ""
+        lines.append("kernel: " + (f"straight-line scalar code (small tensors scalarized){lanes}" if kernel.scalarized
                                    else "loop nests over the tensor axes"))
         lines += _math(kernel)
     if "ir" in parts:
