@@ -10,11 +10,13 @@ bit-for-bit resume and merge; without them the benchmarks measured no slowdown."
 from __future__ import annotations
 
 import atexit
+import collections
 import functools
 import hashlib
 import importlib.util
 import json
 import os
+import re
 import sys
 
 from ..errors import DataError, os_reason
@@ -147,6 +149,11 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point, 
     for h in HELPERS:                  # "name" is in numeric/scalar.py, "module.name" in numeric/module.py
         module, _, name = h.rpartition(".")
         src += f"from adgrad.engine.numeric.{module or 'scalar'} import {name} as __{name}\n"
+    body_lines, called = _call_repeated(body_lines)
+    if called:
+        src += "from adgrad.engine.numeric.vecmath import CALLED as __called\n"
+    for name in called:
+        src += f"__{name}_call = __called[{name!r}]\n"
     if globals_lines:
         src += "\n" + "\n".join(globals_lines) + "\n"
     if lanes:
@@ -165,6 +172,20 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point, 
     src += DRIVER.format(name="batch", doc=CHECK_DOC, check=check, **common)
     src += _strided("strided", point_args, per_point)
     return src
+
+
+def _call_repeated(body_lines):
+    """(body lines, names): a vecmath function called at two or more places is called through its
+    CALLED form (vecmath.py), which numba compiles once and LLVM inlines, instead of numba inlining
+    its body at each place (a lanes kernel of the neo_hooke model with two pow: 2.2 -> 1.45 s)."""
+    vector = {h.partition(".")[2] for h in HELPERS if h.startswith("vecmath.v")}
+    calls = collections.Counter(name for line in body_lines if not line.lstrip().startswith("#")
+                                for name in re.findall(r"\b__(v\w+)\(", line) if name in vector)
+    names = sorted(name for name, count in calls.items() if count > 1)
+    if not names:
+        return body_lines, names
+    pattern = re.compile(r"\b__(" + "|".join(names) + r")\(")
+    return [line if line.lstrip().startswith("#") else pattern.sub(r"__\1_call(", line) for line in body_lines], names
 
 
 def _lanes(point_args, body_lines, per_point, rows):

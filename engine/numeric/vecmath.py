@@ -811,3 +811,18 @@ def verf(x):
     wh, _, k = _exp_red(-zh, -zl, -746.0, 0.0)
     yc = 1.0 - _scale(wh * _erf_r(ax - 4.0), k)
     return _copysign(_erf_small(ax) if ax <= 0.5 else (_erf_mid(ax) if ax < 2.0 else yc), x)
+
+
+# ---- the same functions as calls that LLVM inlines ----
+
+def _called(fn):
+    """`fn` compiled once per process as a function that LLVM inlines where it is called (forceinline),
+    instead of numba inlining its body at every call: the code generator calls this form where a
+    kernel calls a function twice or more (each numba-level copy of vpow costs 0.8 s of compile time,
+    the LLVM-level one little). Not cached: a caller needs its LLVM IR to inline it."""
+    return njit(forceinline=True, error_model="numpy")(fn.py_func)
+
+
+CALLED = {fn.py_func.__name__: _called(fn) for fn in (vexp, vexpm1, vlog, vlog1p, vpow, vsinh, vcosh, vtanh, vsigmoid,
+                                             vsoftplus, vsin, vcos, vtan, varctan, varctan2, varcsin, varccos,
+                                             vcbrt, verf)}
