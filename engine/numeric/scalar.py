@@ -8,7 +8,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .vecmath import _bits
+from .vecmath import _bits, select  # noqa: F401  (select: the generated kernels' __select)
 
 
 def _defer_blas_probe():
@@ -47,26 +47,6 @@ def sigmoid(x):
 @njit(inline="always", error_model="numpy")
 def softplus(x):
     return max(x, 0.0) + np.log1p(np.exp(-abs(x)))
-
-
-@intrinsic
-def select(typingctx, c, a, b):
-    """The select op: a where c, else b, as one LLVM select instruction (a blend in vector code). Each
-    `a if c else b` in a kernel's source is a branch in numba's IR, whose SSA pass costs blocks times
-    variables (1.2 s of the Tersoff kernel's compile); an njit helper is a function numba compiles
-    and LLVM then inlines. Both a and b are evaluated, as every argument of a call is."""
-    if not isinstance(c, types.Boolean):
-        return None
-    kind = typingctx.unify_pairs(a, b)
-    if kind is None:
-        return None
-    kind = types.unliteral(kind)
-
-    def codegen(context, builder, signature, args):
-        _, ta, tb = signature.args
-        return builder.select(args[0], context.cast(builder, args[1], ta, kind),
-                              context.cast(builder, args[2], tb, kind))
-    return kind(c, a, b), codegen
 
 
 @njit(inline="always", error_model="numpy")

@@ -27,8 +27,8 @@ minimax polynomial (benchmarks/vecmath_coefficients.py computes the coefficients
 are literals here), double-double arithmetic (`_two_sum`, `_two_prod`, ...) for the few leading
 terms, 2**k built from int64 bits viewed as float64 (`_bits`/`_float`: LLVM bitcasts, which
 vectorize), scaling in two steps so that overflow and underflow happen in one rounding, and the
-special cases (inf, -inf, NaN, -0, out of domain) as selects (`a if c else b`, which LLVM turns
-into blends) after the main computation, never early returns. No tables, so no gathers.
+special cases (inf, -inf, NaN, -0, out of domain) as selects (`select(c, a, b)`, one LLVM select,
+a blend in vector code) after the main computation, never early returns. No tables, so no gathers.
 
 Accuracy, measured against mpmath (tests/test_vecmath.py; 1e5 random arguments over each whole
 domain plus edge cases, and 1e6 against numpy and numpy's long double): at most 0.61 ulp on normal
@@ -125,6 +125,27 @@ def _fma(typingctx, a, b, c):
 
 
 # ---- integer <-> float without cvt instructions, powers of two, double-double arithmetic ----
+
+@intrinsic
+def select(typingctx, c, a, b):
+    """The select op: a where c, else b, as one LLVM select instruction (a blend in vector code). Each
+    `a if c else b` in a kernel's source is a branch in numba's IR, whose SSA pass costs blocks times
+    variables (1.2 s of the Tersoff kernel's compile; 0.9 -> 0.5 s for vpow's 40 selects); an njit
+    helper is a function numba compiles and LLVM then inlines. Both a and b are evaluated, as every
+    argument of a call is: here, arithmetic that cannot raise (error_model="numpy")."""
+    if not isinstance(c, types.Boolean):
+        return None
+    kind = typingctx.unify_pairs(a, b)
+    if kind is None:
+        return None
+    kind = types.unliteral(kind)
+
+    def codegen(context, builder, signature, args):
+        _, ta, tb = signature.args
+        return builder.select(args[0], context.cast(builder, args[1], ta, kind),
+                              context.cast(builder, args[2], tb, kind))
+    return kind(c, a, b), codegen
+
 
 @_inline
 def _rint(x):
@@ -264,7 +285,7 @@ def _exp_red(xh, xl, lo_clamp, hi_clamp):
     """(w, k) with e**(xh + xl) = w * 2**k, w = wh + wl in [0.7, 1.42] as a double-double; xh is clamped
     to [lo_clamp, hi_clamp] (NaN passes through) and xl is dropped where it was."""
     xc = max(min(xh, hi_clamp), lo_clamp)        # numba's min/max return their first argument if NaN
-    xl = xl if xc == xh else 0.0
+    xl = select(xc == xh, xl, 0.0)
     kf, k = _rint(xc * INV_LN2)
     uh, ul = _expm1_red(xc, xl, kf)
     wh, e = _two_sum(1.0, uh)
@@ -339,23 +360,23 @@ def vexpm1(x):
     kf, k = _rint(xc * INV_LN2)
     uh, ul = _expm1_red(xc, -0.0, kf)
     # 2**k (1 + u) - 1 = 2**k u + (2**k - 1), computed at 2**-j where 2**k would overflow
-    j = 64 if k > 1000 else 0
+    j = select(k > 1000, 64, 0)
     p = _pow2(k - j)
     ch, cl = _two_sum(p, -_pow2(-j))
     s, e = _two_sum(p * uh, ch)
     y = (s + (e + (cl + p * ul))) * _pow2(j)
-    return x if x == 0.0 else y
+    return select(x == 0.0, x, y)
 
 
 @_inline
 def vlog(x):
     """The natural logarithm."""
     sub = x < TINY
-    hi, lo = _log_fast(x * 18014398509481984.0 if sub else x, -54 if sub else 0)
+    hi, lo = _log_fast(select(sub, x * 18014398509481984.0, x), select(sub, -54, 0))
     y = hi + lo
-    y = -INF if x == 0.0 else y
-    y = NAN if x < 0.0 else y
-    return x + x if (x == INF or np.isnan(x)) else y
+    y = select(x == 0.0, -INF, y)
+    y = select(x < 0.0, NAN, y)
+    return select(x == INF or np.isnan(x), x + x, y)
 
 
 @_inline
@@ -374,11 +395,11 @@ def _log1p_dd(c, a, bh, bl):
 def vlog1p(x):
     """log(1 + x), accurate near 0."""
     a, b = _two_sum(1.0, x)
-    y = _log1p_dd(0.0, 1.0 if (a < TINY or a == INF) else a, b, 0.0)
-    y = -INF if x == -1.0 else y
-    y = NAN if x < -1.0 else y
-    y = x + x if (x == INF or np.isnan(x)) else y
-    return x if abs(x) < 5.551115123125783e-17 else y
+    y = _log1p_dd(0.0, select(a < TINY or a == INF, 1.0, a), b, 0.0)
+    y = select(x == -1.0, -INF, y)
+    y = select(x < -1.0, NAN, y)
+    y = select(x == INF or np.isnan(x), x + x, y)
+    return select(abs(x) < 5.551115123125783e-17, x, y)
 
 
 @_inline
@@ -394,16 +415,16 @@ def vpow(x, y):
     the product as double-doubles; log 0 = -inf and log inf = inf give the zeros and infinities."""
     ax = abs(x)
     sub = ax < TINY
-    lh, ll = _log_dd(ax * 18014398509481984.0 if sub else (1.0 if ax == INF else ax), -54 if sub else 0)
-    lh = -INF if ax == 0.0 else lh
-    lh = ax if (ax == INF or np.isnan(ax)) else lh
+    lh, ll = _log_dd(select(sub, ax * 18014398509481984.0, select(ax == INF, 1.0, ax)), select(sub, -54, 0))
+    lh = select(ax == 0.0, -INF, lh)
+    lh = select(ax == INF or np.isnan(ax), ax, lh)
     zh, zl = _two_prod(y, lh)                     # |zl + y ll| <= 2 ulp(zh): _exp_fast takes it as it is
     zc = max(min(zh, 710.0), -746.0)              # numba's min/max return their first argument if NaN
-    h, l, k = _exp_fast(zc, (zl + y * ll) if zc == zh else 0.0)
-    r = 1.0 if ax == 1.0 else _scale(h + l, k)
-    r = -r if (_bits(x) < 0 and _is_odd_integer(y)) else r
-    r = NAN if (x < 0.0 and x > -INF and np.floor(y) != y) else r
-    return 1.0 if (y == 0.0 or x == 1.0) else r
+    h, l, k = _exp_fast(zc, select(zc == zh, zl + y * ll, 0.0))
+    r = select(ax == 1.0, 1.0, _scale(h + l, k))
+    r = select(_bits(x) < 0 and _is_odd_integer(y), -r, r)
+    r = select(x < 0.0 and x > -INF and np.floor(y) != y, NAN, r)
+    return select(y == 0.0 or x == 1.0, 1.0, r)
 
 
 # ---- sinh, cosh, tanh, sigmoid, softplus ----
@@ -469,8 +490,8 @@ def vsigmoid(x):
     dh, dl = _two_sum(1.0, z)
     dl = dl + _scale(wl, k)
     neg = x < 0.0
-    qh, ql = _dd_div(wh if neg else 1.0, wl if neg else 0.0, dh, dl)
-    return _scale(qh + ql, k if neg else 0)
+    qh, ql = _dd_div(select(neg, wh, 1.0), select(neg, wl, 0.0), dh, dl)
+    return _scale(qh + ql, select(neg, k, 0))
 
 
 @_inline
@@ -480,7 +501,7 @@ def vsoftplus(x):
     wh, wl = _fast_two_sum(h, l)
     a, b = _two_sum(1.0, _scale(wh, k))
     y = _log1p_dd(max(x, 0.0), a, b, _scale(wl, k))
-    return x if x > 40.0 else y
+    return select(x > 40.0, x, y)
 
 
 # ---- sin, cos, tan ----
@@ -531,8 +552,8 @@ def _sincos(x):
 @_inline
 def _trig_special(x, y):
     """y, or x itself for |x| < 2**-27 (sin x = tan x = x there; keeps -0), NaN for inf and |x| > TRIG_MAX."""
-    y = x if abs(x) < 7.450580596923828e-09 else y
-    return y if abs(x) <= TRIG_MAX else x - x + NAN
+    y = select(abs(x) < 7.450580596923828e-09, x, y)
+    return select(abs(x) <= TRIG_MAX, y, x - x + NAN)
 
 
 @_inline
@@ -546,8 +567,8 @@ def vsin(x):
     """The sine, for |x| <= TRIG_MAX (NaN marker above: see trig_fallback)."""
     sh, sl, ch, cl, q = _sincos(x)
     odd = (q & 1) != 0
-    y = (ch + cl) if odd else (sh + sl)
-    y = -y if (q & 2) != 0 else y
+    y = select(odd, ch + cl, sh + sl)
+    y = select((q & 2) != 0, -y, y)
     return _trig_special(x, y)
 
 
@@ -556,9 +577,9 @@ def vcos(x):
     """The cosine, for |x| <= TRIG_MAX (NaN marker above: see trig_fallback)."""
     sh, sl, ch, cl, q = _sincos(x)
     odd = (q & 1) != 0
-    y = (sh + sl) if odd else (ch + cl)
-    y = -y if ((q + 1) & 2) != 0 else y
-    return y if abs(x) <= TRIG_MAX else x - x + NAN
+    y = select(odd, sh + sl, ch + cl)
+    y = select(((q + 1) & 2) != 0, -y, y)
+    return select(abs(x) <= TRIG_MAX, y, x - x + NAN)
 
 
 @_inline
@@ -568,9 +589,9 @@ def vtan(x):
     sh, sl = _fast_two_sum(sh, sl)
     ch, cl = _fast_two_sum(ch, cl)
     odd = (q & 1) != 0
-    qh, ql = _dd_div(ch if odd else sh, cl if odd else sl, sh if odd else ch, sl if odd else cl)
+    qh, ql = _dd_div(select(odd, ch, sh), select(odd, cl, sl), select(odd, sh, ch), select(odd, sl, cl))
     y = qh + ql
-    return _trig_special(x, -y if odd else y)
+    return _trig_special(x, select(odd, -y, y))
 
 
 # ---- arctan, arctan2, arcsin, arccos ----
@@ -594,9 +615,9 @@ def _atan01(th, tl):
     a = 0, 1/2 or 1 (t - a is exact), the reduced argument |u| <= 1/4 a double-double."""
     i1 = th >= 0.25
     i2 = th >= 0.75
-    a = 1.0 if i2 else (0.5 if i1 else 0.0)
-    ch = PIO4_H if i2 else (ATAN_HALF_H if i1 else 0.0)
-    cl = PIO4_L if i2 else (ATAN_HALF_L if i1 else 0.0)
+    a = select(i2, 1.0, select(i1, 0.5, 0.0))
+    ch = select(i2, PIO4_H, select(i1, ATAN_HALF_H, 0.0))
+    cl = select(i2, PIO4_L, select(i1, ATAN_HALF_L, 0.0))
     ph, pl = _two_prod(a, th)
     dh, e = _two_sum(1.0, ph)
     uh, ul = _dd_div(th - a, tl, dh, e + pl + a * tl)
@@ -610,11 +631,11 @@ def varctan(x):
     """The arctangent."""
     ax = min(abs(x), 1.152921504606847e18)       # atan(2**60) rounds to pi/2; inf -> 2**60
     big = ax > 1.0
-    th = 1.0 / ax if big else ax
-    tl = _fma(-th, ax, 1.0) / ax if big else 0.0
+    th = select(big, 1.0 / ax, ax)
+    tl = select(big, _fma(-th, ax, 1.0) / ax, 0.0)
     ah, al = _atan01(th, tl)
-    h, e = _two_sum(PIO2_H if big else 0.0, -ah if big else ah)
-    y = h + (e + ((PIO2_L - al) if big else al))
+    h, e = _two_sum(select(big, PIO2_H, 0.0), select(big, -ah, ah))
+    y = h + (e + (select(big, PIO2_L - al, al)))
     return _copysign(y, x)
 
 
@@ -624,23 +645,23 @@ def varctan2(y, x):
     """The angle of (x, y), with C99/numpy's signed zeros and infinities."""
     ay, ax = abs(y), abs(x)
     swap = ay > ax
-    n = ax if swap else ay
-    d = ay if swap else ax
+    n = select(swap, ax, ay)
+    d = select(swap, ay, ax)
     both_inf = n == INF
-    n = 1.0 if both_inf else (0.0 if (d == INF or d == 0.0) else n)
-    d = 1.0 if (both_inf or d == INF or d == 0.0) else d
+    n = select(both_inf, 1.0, select(d == INF or d == 0.0, 0.0, n))
+    d = select(both_inf or d == INF or d == 0.0, 1.0, d)
     small = d < 1.4916681462400413e-154                  # 2**-510: scale so the residual is exact
-    n = n * 1.157920892373162e77 if small else n         # 2**256
-    d = d * 1.157920892373162e77 if small else d
+    n = select(small, n * 1.157920892373162e77, n)         # 2**256
+    d = select(small, d * 1.157920892373162e77, d)
     th = n / d
     tl = _fma(-th, d, n) / d                             # below 2**-960 it would be a coarse subnormal, and
-    ah, al = _atan01(th, tl if th > 1e-289 else 0.0)     # atan t = t = th there, correctly rounded
-    h, e = _two_sum(PIO2_H if swap else 0.0, -ah if swap else ah)
-    l = e + ((PIO2_L - al) if swap else al)
+    ah, al = _atan01(th, select(th > 1e-289, tl, 0.0))     # atan t = t = th there, correctly rounded
+    h, e = _two_sum(select(swap, PIO2_H, 0.0), select(swap, -ah, ah))
+    l = e + (select(swap, PIO2_L - al, al))
     neg = _bits(x) < 0
-    h, e = _two_sum(PI_H if neg else 0.0, -h if neg else h)
-    r = _copysign(h + (e + ((PI_L - l) if neg else l)), y)
-    return x + y if (np.isnan(x) or np.isnan(y)) else r
+    h, e = _two_sum(select(neg, PI_H, 0.0), select(neg, -h, h))
+    r = _copysign(h + (e + (select(neg, PI_L - l, l))), y)
+    return select(np.isnan(x) or np.isnan(y), x + y, r)
 
 
 @_inline
@@ -666,9 +687,9 @@ def _asin_half(ax):
     """(big, asin(s) as a double-double): s = ax for ax <= 1/2, else s = sqrt((1 - ax) / 2) (exact z) as a
     double-double, and then asin(ax) = pi/2 - 2 asin(s). NaN for ax > 1."""
     big = ax > 0.5
-    z = 0.5 * (1.0 - ax) if big else ax * ax
-    sh = np.sqrt(z) if big else ax
-    sl = _fma(-sh, sh, z) / (sh + sh) if (big and z > 0.0) else 0.0
+    z = select(big, 0.5 * (1.0 - ax), ax * ax)
+    sh = select(big, np.sqrt(z), ax)
+    sl = select(big and z > 0.0, _fma(-sh, sh, z) / (sh + sh), 0.0)
     return big, sh, sl + sh * z * _asin_poly(z)
 
 
@@ -676,8 +697,8 @@ def _asin_half(ax):
 def varcsin(x):
     """The arcsine."""
     big, sh, sl = _asin_half(abs(x))
-    h, e = _two_sum(PIO2_H if big else 0.0, -2.0 * sh if big else sh)
-    y = h + (e + ((PIO2_L - 2.0 * sl) if big else sl))
+    h, e = _two_sum(select(big, PIO2_H, 0.0), select(big, -2.0 * sh, sh))
+    y = h + (e + (select(big, PIO2_L - 2.0 * sl, sl)))
     return _copysign(y, x)
 
 
@@ -686,9 +707,9 @@ def varccos(x):
     """The arccosine: pi/2 - asin x for |x| <= 1/2, 2 asin(s) for x > 1/2, pi - 2 asin(s) for x < -1/2."""
     big, sh, sl = _asin_half(abs(x))
     neg = x < 0.0
-    ah = PI_H if (big and neg) else (0.0 if big else PIO2_H)
-    al = PI_L if (big and neg) else (0.0 if big else PIO2_L)
-    b = (-2.0 if neg else 2.0) if big else (1.0 if neg else -1.0)
+    ah = select(big and neg, PI_H, select(big, 0.0, PIO2_H))
+    al = select(big and neg, PI_L, select(big, 0.0, PIO2_L))
+    b = select(big, select(neg, -2.0, 2.0), select(neg, 1.0, -1.0))
     h, e = _two_sum(ah, b * sh)
     return h + (e + (al + b * sl))
 
@@ -701,9 +722,9 @@ def vcbrt(x):
     Newton step with the residual v - y**3 computed exactly."""
     ax = abs(x)
     sub = ax < TINY
-    a = ax * 18014398509481984.0 if sub else ax
+    a = select(sub, ax * 18014398509481984.0, ax)
     ia = _bits(a)
-    e = (ia >> 52) - (1077 if sub else 1023)
+    e = (ia >> 52) - (select(sub, 1077, 1023))
     kf = np.floor((_i2f(e) + 0.5) * 0.3333333333333333)
     k = _rint(kf)[1]
     j = e - 3 * k
@@ -714,12 +735,12 @@ def vcbrt(x):
     g = _fma(m, g, -0.3006115740319406)
     g = _fma(m, g, 0.7181539535247768)
     g = _fma(m, g, 0.5069793722436446)
-    g = g * (1.5874010519681996 if j == 2 else (1.2599210498948732 if j == 1 else 1.0))
+    g = g * (select(j == 2, 1.5874010519681996, select(j == 1, 1.2599210498948732, 1.0)))
     g = g - (g * g * g - v) / (3.0 * g * g)
     ph, pl = _two_prod(g, g)
     r = _fma(ph, g, -v) + pl * g
     y = _copysign((g - r / (3.0 * ph)) * _pow2(k), x)
-    return x + x if (ax == 0.0 or ax == INF or np.isnan(x)) else y
+    return select(ax == 0.0 or ax == INF or np.isnan(x), x + x, y)
 
 
 # ---- erf ----
@@ -739,19 +760,19 @@ def _erf_a(z):
 def _erf_b(u, hi):
     """Q(u) with erf(m + u) = E0 + E1 u + E2 u^2 + u^3 Q(u), |u| <= 3/8, m = 13/8 if hi else 7/8
     (weighted error 2**-60)."""
-    p = _fma(u, 6.705227077935617e-07 if hi else -3.2235788462546012e-06, 2.5801065569585395e-06 if hi else 3.8169864424071897e-07)
-    p = _fma(u, p, -1.0611485403035514e-05 if hi else 2.902817384993576e-05)
-    p = _fma(u, p, -4.212507387145322e-06 if hi else -2.907290704291257e-05)
-    p = _fma(u, p, 8.797060152239721e-05 if hi else -0.00019296064444108965)
-    p = _fma(u, p, -0.0001256709228479867 if hi else 0.0003900580535954373)
-    p = _fma(u, p, -0.0003559792697413155 if hi else 0.0008981544113916924)
-    p = _fma(u, p, 0.0014106855369493425 if hi else -0.003256863116673308)
-    p = _fma(u, p, -0.0005765254278891251 if hi else -0.0018461468368187633)
-    p = _fma(u, p, -0.006184261534727238 if hi else 0.01859572677939012)
-    p = _fma(u, p, 0.014414781131018253 if hi else -0.01036778574631312)
-    p = _fma(u, p, -0.002134924840240348 if hi else -0.06721587738361082)
-    p = _fma(u, p, -0.049718863159089854 if hi else 0.11239656243519786)
-    return _fma(u, p, 0.11484061964670615 if hi else 0.09292360177013213)
+    p = _fma(u, select(hi, 6.705227077935617e-07, -3.2235788462546012e-06), select(hi, 2.5801065569585395e-06, 3.8169864424071897e-07))
+    p = _fma(u, p, select(hi, -1.0611485403035514e-05, 2.902817384993576e-05))
+    p = _fma(u, p, select(hi, -4.212507387145322e-06, -2.907290704291257e-05))
+    p = _fma(u, p, select(hi, 8.797060152239721e-05, -0.00019296064444108965))
+    p = _fma(u, p, select(hi, -0.0001256709228479867, 0.0003900580535954373))
+    p = _fma(u, p, select(hi, -0.0003559792697413155, 0.0008981544113916924))
+    p = _fma(u, p, select(hi, 0.0014106855369493425, -0.003256863116673308))
+    p = _fma(u, p, select(hi, -0.0005765254278891251, -0.0018461468368187633))
+    p = _fma(u, p, select(hi, -0.006184261534727238, 0.01859572677939012))
+    p = _fma(u, p, select(hi, 0.014414781131018253, -0.01036778574631312))
+    p = _fma(u, p, select(hi, -0.002134924840240348, -0.06721587738361082))
+    p = _fma(u, p, select(hi, -0.049718863159089854, 0.11239656243519786))
+    return _fma(u, p, select(hi, 0.11484061964670615, 0.09292360177013213))
 
 
 @_inline
@@ -791,14 +812,14 @@ def _erf_small(ax):
 def _erf_mid(ax):
     """erf(ax) for 1/2 < ax < 2: E0 + E1 u + E2 u^2 (double-doubles) + u^3 Q(u) about m = 7/8 or 13/8."""
     hi = ax >= 1.25
-    u = ax - (1.625 if hi else 0.875)               # exact
-    ph, pl = _two_prod(ERF138_1_H if hi else ERF78_1_H, u)
+    u = ax - (select(hi, 1.625, 0.875))               # exact
+    ph, pl = _two_prod(select(hi, ERF138_1_H, ERF78_1_H), u)
     zh, zl = _two_prod(u, u)
-    qh, ql = _two_prod(ERF138_2_H if hi else ERF78_2_H, zh)
-    s, e = _two_sum(ERF138_0_H if hi else ERF78_0_H, ph)
+    qh, ql = _two_prod(select(hi, ERF138_2_H, ERF78_2_H), zh)
+    s, e = _two_sum(select(hi, ERF138_0_H, ERF78_0_H), ph)
     s, e2 = _two_sum(s, qh)
-    lo = (ERF138_0_L if hi else ERF78_0_L) + (ERF138_1_L if hi else ERF78_1_L) * u + (
-        ERF138_2_L if hi else ERF78_2_L) * zh + (ERF138_2_H if hi else ERF78_2_H) * zl
+    lo = (select(hi, ERF138_0_L, ERF78_0_L)) + (select(hi, ERF138_1_L, ERF78_1_L)) * u + (
+        select(hi, ERF138_2_L, ERF78_2_L)) * zh + (select(hi, ERF138_2_H, ERF78_2_H)) * zl
     return s + (e + (e2 + (pl + (ql + (lo + zh * u * _erf_b(u, hi))))))
 
 
@@ -810,7 +831,7 @@ def verf(x):
     zh, zl = _two_prod(ax, ax)
     wh, _, k = _exp_red(-zh, -zl, -746.0, 0.0)
     yc = 1.0 - _scale(wh * _erf_r(ax - 4.0), k)
-    return _copysign(_erf_small(ax) if ax <= 0.5 else (_erf_mid(ax) if ax < 2.0 else yc), x)
+    return _copysign(select(ax <= 0.5, _erf_small(ax), select(ax < 2.0, _erf_mid(ax), yc)), x)
 
 
 # ---- the same functions as calls that LLVM inlines ----
