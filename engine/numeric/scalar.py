@@ -33,7 +33,7 @@ _defer_blas_probe()
 
 @njit(inline="always", error_model="numpy")
 def sign(x):
-    return 1.0 if x > 0.0 else (-1.0 if x < 0.0 else x * 0.0)
+    return select(x > 0.0, 1.0, select(x < 0.0, -1.0, x * 0.0))
 
 
 @njit(inline="always", error_model="numpy")
@@ -53,17 +53,17 @@ def softplus(x):
 def hardmul(d, p):
     """d * p, but an exact zero d times an infinite or NaN p is zero (a hard zero derivative); the
     bits of every other product are d * p's."""
-    return d * p if (d != 0.0 or p - p == 0.0) else d * 0.0
+    return select((d != 0.0) | (p - p == 0.0), d * p, d * 0.0)
 
 
 @njit(inline="always", error_model="numpy")
 def minimum(a, b):
-    return a if (a <= b or a != a) else b
+    return select((a <= b) | (a != a), a, b)
 
 
 @njit(inline="always", error_model="numpy")
 def maximum(a, b):
-    return a if (a >= b or a != a) else b
+    return select((a >= b) | (a != a), a, b)
 
 
 EXPONENT = 0x7FF0000000000000      # a float64 whose exponent bits are all ones is an infinity or a NaN

@@ -376,7 +376,7 @@ def vlog(x):
     y = hi + lo
     y = select(x == 0.0, -INF, y)
     y = select(x < 0.0, NAN, y)
-    return select(x == INF or np.isnan(x), x + x, y)
+    return select((x == INF) | np.isnan(x), x + x, y)
 
 
 @_inline
@@ -395,10 +395,10 @@ def _log1p_dd(c, a, bh, bl):
 def vlog1p(x):
     """log(1 + x), accurate near 0."""
     a, b = _two_sum(1.0, x)
-    y = _log1p_dd(0.0, select(a < TINY or a == INF, 1.0, a), b, 0.0)
+    y = _log1p_dd(0.0, select((a < TINY) | (a == INF), 1.0, a), b, 0.0)
     y = select(x == -1.0, -INF, y)
     y = select(x < -1.0, NAN, y)
-    y = select(x == INF or np.isnan(x), x + x, y)
+    y = select((x == INF) | np.isnan(x), x + x, y)
     return select(abs(x) < 5.551115123125783e-17, x, y)
 
 
@@ -406,7 +406,7 @@ def vlog1p(x):
 def _is_odd_integer(y):
     """Whether y is an odd integer."""
     h = y * 0.5
-    return np.floor(y) == y and np.floor(h) != h and abs(y) < 9007199254740992.0
+    return (np.floor(y) == y) & (np.floor(h) != h) & (abs(y) < 9007199254740992.0)
 
 
 @_inline
@@ -417,14 +417,14 @@ def vpow(x, y):
     sub = ax < TINY
     lh, ll = _log_dd(select(sub, ax * 18014398509481984.0, select(ax == INF, 1.0, ax)), select(sub, -54, 0))
     lh = select(ax == 0.0, -INF, lh)
-    lh = select(ax == INF or np.isnan(ax), ax, lh)
+    lh = select((ax == INF) | np.isnan(ax), ax, lh)
     zh, zl = _two_prod(y, lh)                     # |zl + y ll| <= 2 ulp(zh): _exp_fast takes it as it is
     zc = max(min(zh, 710.0), -746.0)              # numba's min/max return their first argument if NaN
     h, l, k = _exp_fast(zc, select(zc == zh, zl + y * ll, 0.0))
     r = select(ax == 1.0, 1.0, _scale(h + l, k))
-    r = select(_bits(x) < 0 and _is_odd_integer(y), -r, r)
-    r = select(x < 0.0 and x > -INF and np.floor(y) != y, NAN, r)
-    return select(y == 0.0 or x == 1.0, 1.0, r)
+    r = select((_bits(x) < 0) & _is_odd_integer(y), -r, r)
+    r = select((x < 0.0) & (x > -INF) & (np.floor(y) != y), NAN, r)
+    return select((y == 0.0) | (x == 1.0), 1.0, r)
 
 
 # ---- sinh, cosh, tanh, sigmoid, softplus ----
@@ -559,7 +559,7 @@ def _trig_special(x, y):
 @_inline
 def trig_fallback(x):
     """Whether vsin/vcos/vtan(x) returned the NaN marker for a finite x beyond TRIG_MAX (redo with libm)."""
-    return abs(x) > TRIG_MAX and abs(x) < INF
+    return (abs(x) > TRIG_MAX) & (abs(x) < INF)
 
 
 @_inline
@@ -648,8 +648,8 @@ def varctan2(y, x):
     n = select(swap, ax, ay)
     d = select(swap, ay, ax)
     both_inf = n == INF
-    n = select(both_inf, 1.0, select(d == INF or d == 0.0, 0.0, n))
-    d = select(both_inf or d == INF or d == 0.0, 1.0, d)
+    n = select(both_inf, 1.0, select((d == INF) | (d == 0.0), 0.0, n))
+    d = select(both_inf | (d == INF) | (d == 0.0), 1.0, d)
     small = d < 1.4916681462400413e-154                  # 2**-510: scale so the residual is exact
     n = select(small, n * 1.157920892373162e77, n)         # 2**256
     d = select(small, d * 1.157920892373162e77, d)
@@ -661,7 +661,7 @@ def varctan2(y, x):
     neg = _bits(x) < 0
     h, e = _two_sum(select(neg, PI_H, 0.0), select(neg, -h, h))
     r = _copysign(h + (e + (select(neg, PI_L - l, l))), y)
-    return select(np.isnan(x) or np.isnan(y), x + y, r)
+    return select(np.isnan(x) | np.isnan(y), x + y, r)
 
 
 @_inline
@@ -689,7 +689,7 @@ def _asin_half(ax):
     big = ax > 0.5
     z = select(big, 0.5 * (1.0 - ax), ax * ax)
     sh = select(big, np.sqrt(z), ax)
-    sl = select(big and z > 0.0, _fma(-sh, sh, z) / (sh + sh), 0.0)
+    sl = select(big & (z > 0.0), _fma(-sh, sh, z) / (sh + sh), 0.0)
     return big, sh, sl + sh * z * _asin_poly(z)
 
 
@@ -707,8 +707,8 @@ def varccos(x):
     """The arccosine: pi/2 - asin x for |x| <= 1/2, 2 asin(s) for x > 1/2, pi - 2 asin(s) for x < -1/2."""
     big, sh, sl = _asin_half(abs(x))
     neg = x < 0.0
-    ah = select(big and neg, PI_H, select(big, 0.0, PIO2_H))
-    al = select(big and neg, PI_L, select(big, 0.0, PIO2_L))
+    ah = select(big & neg, PI_H, select(big, 0.0, PIO2_H))
+    al = select(big & neg, PI_L, select(big, 0.0, PIO2_L))
     b = select(big, select(neg, -2.0, 2.0), select(neg, 1.0, -1.0))
     h, e = _two_sum(ah, b * sh)
     return h + (e + (al + b * sl))
@@ -740,7 +740,7 @@ def vcbrt(x):
     ph, pl = _two_prod(g, g)
     r = _fma(ph, g, -v) + pl * g
     y = _copysign((g - r / (3.0 * ph)) * _pow2(k), x)
-    return select(ax == 0.0 or ax == INF or np.isnan(x), x + x, y)
+    return select((ax == 0.0) | (ax == INF) | np.isnan(x), x + x, y)
 
 
 # ---- erf ----
