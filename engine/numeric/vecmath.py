@@ -16,7 +16,8 @@ is `@njit(inline="always", error_model="numpy")`: inlining at numba's IR level i
 in the caller's loop (a plain @njit callee stays a call, LLVM does not inline it, and the loop is
 scalar again: measured 7x slower than inlined). The caller must be compiled with error_model="numpy"
 too (with "python" a float division checks its divisor and may raise, and that branch stops the
-vectorizer) and without fastmath. Each call site adds about 0.2-0.5 s of compile time (vpow 0.8 s).
+vectorizer) and without fastmath. Each call site adds about 0.1-0.5 s of compile time (vpow 0.5 s); the
+code generator calls a function that a kernel calls twice or more through its CALLED form (below).
 
 Pure: the same bits on every call and in every process, vectorized lanes and scalar remainder alike
 (no fastmath, no contraction; the fma is llvm.fma, correctly rounded, so the bits do not depend on
