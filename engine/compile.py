@@ -62,9 +62,9 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, 
     scalar = scalarize(graph, symmetric)
     if scalar is not None and not pays_off(graph, scalar):
         scalar = None
-    em = _emit(scalar or graph, graph, math, lanes=scalar is not None and lanes_fit(scalar, math))
+    em, body = _emit(scalar or graph, graph, math, lanes=scalar is not None and lanes_fit(scalar, math))
     per_point = [True] * len(graph.inputs) + [False] * len(graph.params) + [True] * len(graph.outputs)
-    source = module_source(model.name, em.globals, em.args, em.body, per_point, math, em.lanes)
+    source = module_source(model.name, em.globals, em.args, body, per_point, math, em.lanes)
     kernel = CompiledKernel(model, graph, derivs, source, load(source), em.work_size,
                             {n: v.shape for n, v in graph.outputs.items()},
                             frozenset(d.name for d in derivs if d.kind == "sum"), scalar is not None, scalar or graph,
@@ -74,13 +74,13 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, 
 
 
 def _emit(code, graph, math, lanes):
-    """The Emitter of `code` (graph's optimized or scalarized form) after emitting it: as a lanes
-    kernel (codegen/vector.py) if `lanes` and its body keeps nothing in the workspace of its own."""
+    """(Emitter, body lines) of `code` (graph's optimized or scalarized form): a lanes kernel
+    (codegen/vector.py) if `lanes` and its body keeps nothing in the workspace of its own."""
     em = Emitter(code, list(graph.inputs), list(graph.params), list(graph.outputs), math, lanes)
-    em.body = em.emit()
+    body = em.emit()
     if lanes and em.ws.size:
         return _emit(code, graph, math, False)
-    return em
+    return em, body
 
 
 def _results(model, derivatives, mode, values):

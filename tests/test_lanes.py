@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from llvmlite import binding as llvm
 
-from adgrad.engine import compile_model
+from adgrad.engine import compile_model, load_model
 from adgrad.engine.codegen.vector import LANES_BLOCK
 from adgrad.engine.tools.explain import explain
 
@@ -61,7 +61,6 @@ def is_lanes(kernel):
 def neo(tmp_path_factory):
     path = tmp_path_factory.mktemp("lanes") / "nh.yaml"
     path.write_text(NEO_HOOKE)
-    from adgrad.engine import load_model
     model = load_model(path)
     return model, compile_model(model, [("W", "F")]), compile_model(model, [("W", "F")], math="libm")
 

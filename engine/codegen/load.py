@@ -188,10 +188,15 @@ def _call_repeated(body_lines):
     return [line if line.lstrip().startswith("#") else pattern.sub(r"__\1_call(", line) for line in body_lines], names
 
 
+def _params(point_args, per_point):
+    """`lanes`'s leading arguments: the ones not indexed by point, each followed by ", "."""
+    return "".join(f"{a}, " for a, pp in zip(point_args, per_point) if not pp)
+
+
 def _lanes(point_args, body_lines, per_point, rows):
     """The lanes function, point and batch of a lanes kernel (LANES)."""
     step = LANES_BLOCK
-    params = "".join(f"{a}, " for a, pp in zip(point_args, per_point) if not pp)
+    params = _params(point_args, per_point)
     arrays = [a for a, pp in zip(point_args, per_point) if pp]
     ins = [a for a in arrays if not a.startswith("out_")]
 
@@ -243,9 +248,8 @@ def _strided(name, point_args, per_point, rows=None):
         def lane(a, put):
             at, buf = _lane_at(rows, a, " + b"), f"{'r' if a in ins else 'b'}_{a}[b, k]"
             return f"{' ' * 16}for k in range({rows[a][1]}):\n{' ' * 20}{at + ' = ' + buf if put else buf + ' = ' + at}"
-        params = "".join(f"{a}, " for a, pp in zip(point_args, per_point) if not pp)
         call = "\n".join([f"{' ' * 12}for b in range(n):", *(lane(a, True) for a in ins),
-                          f"{' ' * 12}lanes({params}work, n)", f"{' ' * 12}for b in range(n):",
+                          f"{' ' * 12}lanes({_params(point_args, per_point)}work, n)", f"{' ' * 12}for b in range(n):",
                           *(lane(a, False) for a in arrays if a not in ins)]) + check
     return STRIDED.format(name=name, sargs=sargs, bufs=bufs, step=STRIDED_BLOCK, call=call,
                           gather="\n".join(move(a) for a in ins) or " " * 12 + "pass",
