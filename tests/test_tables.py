@@ -2,11 +2,13 @@
 language's table params, and clear errors for bad tables and bad potential files."""
 from __future__ import annotations
 
+import functools
 import math
 import textwrap
 
 import numpy as np
 import pytest
+from numba import njit
 from adgrad.engine import api
 from adgrad.engine.errors import SpecError
 from adgrad.engine.numeric import scalar, tables
@@ -77,10 +79,18 @@ def test_lookup_is_lammps_bits_inside_and_beyond_the_grid():
 
 def compiled_table(c, x, x0, rdx, n, xlin, order):
     """Table 0 of the flat coefficients c at x through the four compiled helpers, as generated kernels call
-    them (engine/ir/ops/tables.py tabulated)."""
-    m = scalar.table_segment(x, x0, rdx, n)
-    return scalar.table_at(c, x, scalar.table_fraction(x, m, x0, rdx), scalar.table_row(0.0, m, 1, n),
-                           c.shape[0] - 7.0, rdx, xlin, order)
+    them (engine/ir/ops/tables.py tabulated), from a numba function (they are intrinsics)."""
+    return _compiled_lookup(order)(c, x, x0, rdx, n, xlin)
+
+
+@functools.cache
+def _compiled_lookup(order):
+    @njit
+    def lookup(c, x, x0, rdx, n, xlin):
+        m = scalar.table_segment(x, x0, rdx, n)
+        return scalar.table_at(c, x, scalar.table_fraction(x, m, x0, rdx), scalar.table_row(0.0, m, 1, n),
+                               c.shape[0] - 7.0, rdx, xlin, order)
+    return lookup
 
 
 @pytest.mark.parametrize("order", [0, 1, 2])

@@ -5,7 +5,9 @@ import math
 import sys
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .vecmath import _bits, select  # noqa: F401  (select: the generated kernels' __select)
@@ -31,9 +33,37 @@ def _defer_blas_probe():
 _defer_blas_probe()
 
 
-@njit(inline="always", error_model="numpy")
-def sign(x):
-    return select(x > 0.0, 1.0, select(x < 0.0, -1.0, x * 0.0))
+def _real(x):
+    return isinstance(x, (types.Float, types.Integer))
+
+
+def _doubles(context, builder, kinds, args):
+    return [context.cast(builder, v, t, types.float64) for v, t in zip(args, kinds)]
+
+
+def _f(value):
+    return ir.Constant(ir.DoubleType(), value)
+
+
+def _lookup(sig, build):
+    """An intrinsic returning float64 from real arguments, cast to float64, built by build(builder, *args)."""
+    def codegen(context, builder, signature, args):
+        return build(builder, *_doubles(context, builder, signature.args, args))
+    return sig, codegen
+
+
+# ---- one-line helpers as LLVM instructions (see the table lookups below for why not njit helpers) ----
+
+@intrinsic
+def sign(typingctx, x):
+    """numpy's sign of a float64: 1, -1, or x * 0 (0, -0 and NaN kept)."""
+    if not _real(x):
+        return None
+
+    def build(b, x):
+        return b.select(b.fcmp_ordered(">", x, _f(0.0)), _f(1.0),
+                        b.select(b.fcmp_ordered("<", x, _f(0.0)), _f(-1.0), b.fmul(x, _f(0.0))))
+    return _lookup(types.float64(x), build)
 
 
 @njit(inline="always", error_model="numpy")
@@ -49,21 +79,35 @@ def softplus(x):
     return max(x, 0.0) + np.log1p(np.exp(-abs(x)))
 
 
-@njit(inline="always", error_model="numpy")
-def hardmul(d, p):
+@intrinsic
+def hardmul(typingctx, d, p):
     """d * p, but an exact zero d times an infinite or NaN p is zero (a hard zero derivative); the
     bits of every other product are d * p's."""
-    return select((d != 0.0) | (p - p == 0.0), d * p, d * 0.0)
+    if not (_real(d) and _real(p)):
+        return None
+
+    def build(b, d, p):
+        keep = b.or_(b.fcmp_unordered("!=", d, _f(0.0)), b.fcmp_ordered("==", b.fsub(p, p), _f(0.0)))
+        return b.select(keep, b.fmul(d, p), b.fmul(d, _f(0.0)))
+    return _lookup(types.float64(d, p), build)
 
 
-@njit(inline="always", error_model="numpy")
-def minimum(a, b):
-    return select((a <= b) | (a != a), a, b)
+@intrinsic
+def minimum(typingctx, a, b):
+    """np.minimum of two float64: a NaN a wins, else the smaller (b for a NaN b)."""
+    if not (_real(a) and _real(b)):
+        return None
+    return _lookup(types.float64(a, b), lambda bld, a, b: bld.select(
+        bld.or_(bld.fcmp_ordered("<=", a, b), bld.fcmp_unordered("!=", a, a)), a, b))
 
 
-@njit(inline="always", error_model="numpy")
-def maximum(a, b):
-    return select((a >= b) | (a != a), a, b)
+@intrinsic
+def maximum(typingctx, a, b):
+    """np.maximum of two float64."""
+    if not (_real(a) and _real(b)):
+        return None
+    return _lookup(types.float64(a, b), lambda bld, a, b: bld.select(
+        bld.or_(bld.fcmp_ordered(">=", a, b), bld.fcmp_unordered("!=", a, a)), a, b))
 
 
 EXPONENT = 0x7FF0000000000000      # a float64 whose exponent bits are all ones is an infinity or a NaN
@@ -141,60 +185,132 @@ def fetch_add(typingctx, counter, value):
     return sig, codegen
 
 
-@njit(inline="always", error_model="numpy")
-def table_segment(x, x0, rdx, n):
-    """The table_segment op (reference: engine/numeric/tables.py segment): x's piece, 1..n-1, as a float."""
-    p = (x - x0) * rdx + 1.0
-    if p >= n:
-        return float(n - 1)
-    if p >= 1.0:
-        return float(int(p))
-    return 1.0                         # also a NaN p, whose fraction is then NaN
+# ---- table lookups (engine/ir/ops/tables.py): LLVM instructions, not njit helpers, because numba inlines
+# an njit helper into its IR anew at every call site (0.3 s of the Cu EAM kernel's cold compile for its
+# 12 lookups). Each builds the IEEE operations the reference's Python spells, in the same order. -------
+
+def _call_math(builder, name, x):
+    """llvm.<name>.f64(x): floor and trunc, which vectorize (roundsd / vrndscalepd)."""
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.DoubleType(), [ir.DoubleType()]),
+                                        f"llvm.{name}.f64")
+    return builder.call(fn, [x])
 
 
-@njit(inline="always", error_model="numpy")
-def table_fraction(x, m, x0, rdx):
-    """The table_fraction op (reference: tables.py fraction)."""
-    return (x - x0) * rdx + 1.0 - m
+@intrinsic
+def table_segment(typingctx, x, x0, rdx, n):
+    """The table_segment op (reference: engine/numeric/tables.py segment): x's piece, 1..n-1, as a float
+    (n - 1 from p >= n, 1 below the grid and for a NaN p, whose fraction is then NaN)."""
+    if not all(map(_real, (x, x0, rdx, n))):
+        return None
+
+    def build(b, x, x0, rdx, n):
+        p = b.fadd(b.fmul(b.fsub(x, x0), rdx), _f(1.0))
+        inside = b.select(b.fcmp_ordered(">=", p, _f(1.0)), _call_math(b, "trunc", p), _f(1.0))
+        return b.select(b.fcmp_ordered(">=", p, n), b.fsub(n, _f(1.0)), inside)
+    return _lookup(types.float64(x, x0, rdx, n), build)
 
 
-@njit(inline="always", error_model="numpy")
-def table_row(t, m, ntab, n):
-    """The table_row op (reference: tables.py row): piece m of table t's flat offset, or NaN."""
-    if t >= 0.0 and t < ntab and t == math.floor(t):
-        return (t * n + m - 1.0) * 7.0
-    return np.nan
+@intrinsic
+def table_fraction(typingctx, x, m, x0, rdx):
+    """The table_fraction op (reference: tables.py fraction): ((x - x0) rdx + 1) - m."""
+    if not all(map(_real, (x, m, x0, rdx))):
+        return None
+
+    def build(b, x, m, x0, rdx):
+        return b.fsub(b.fadd(b.fmul(b.fsub(x, x0), rdx), _f(1.0)), m)
+    return _lookup(types.float64(x, m, x0, rdx), build)
 
 
-@njit(inline="always", error_model="numpy")
-def table_at(c, x, p, k, last, rdx, xlin, order):
+@intrinsic
+def table_row(typingctx, t, m, ntab, n):
+    """The table_row op (reference: tables.py row): piece m of table t's flat offset ((t n + m) - 1) 7,
+    or NaN for a t that is not one of 0..ntab-1."""
+    if not all(map(_real, (t, m, ntab, n))):
+        return None
+
+    def build(b, t, m, ntab, n):
+        valid = b.and_(b.and_(b.fcmp_ordered(">=", t, _f(0.0)), b.fcmp_ordered("<", t, ntab)),
+                       b.fcmp_ordered("==", t, _call_math(b, "floor", t)))
+        row = b.fmul(b.fsub(b.fadd(b.fmul(t, n), m), _f(1.0)), _f(7.0))
+        return b.select(valid, row, _f(math.nan))
+    return _lookup(types.float64(t, m, ntab, n), build)
+
+
+def _guarded(context, builder, ok, load):
+    """load() (a float64 that reads memory) where ok, else NaN: a branch, so that no load runs for an
+    offset that is out of range (the check is predictable; selects around it measured slower)."""
+    with builder.if_else(ok) as (then, otherwise):
+        with then:
+            value = load()
+            inside = builder.block
+        with otherwise:
+            outside = builder.block
+    phi = builder.phi(ir.DoubleType())
+    phi.add_incoming(value, inside)
+    phi.add_incoming(_f(math.nan), outside)
+    return phi
+
+
+@intrinsic(prefer_literal=True)
+def table_at(typingctx, c, x, p, k, last, rdx, xlin, order):
     """The table op for one element (reference: tables.py evaluate_at); c is the flat (T * n * 7)
     coefficient array, k a piece's offset in it (table_row), last the last piece's (T n - 1) 7, p the
-    position in the piece (table_fraction). `last` is a constant rather than c's length, so that the
-    tables of one shape at one k share the test."""
-    if not (k >= 0.0 and k <= last):
-        return np.nan
-    j = np.uint64(k)                   # unsigned: no wraparound of negative indices to test
-    clamped = p > 1.0
-    if clamped:
-        p = 1.0
-    if order == 0:
-        y = ((c[j + np.uint64(3)] * p + c[j + np.uint64(4)]) * p + c[j + np.uint64(5)]) * p + c[j + np.uint64(6)]
-        if x > xlin:
-            y += ((c[j] * p + c[j + np.uint64(1)]) * p + c[j + np.uint64(2)]) * (x - xlin)
-        return y
-    if order == 1:
-        return (c[j] * p + c[j + np.uint64(1)]) * p + c[j + np.uint64(2)]
-    if clamped:
-        return 0.0
-    if order == 2:
-        return (2.0 * c[j] * p + c[j + np.uint64(1)]) * rdx
-    return 2.0 * c[j] * rdx * rdx
+    position in the piece (table_fraction), order (a literal) 0 for the value, 1-3 for derivatives.
+    `last` is a constant rather than c's length, so that the tables of one shape at one k share the
+    test. Pieces are p clamped to 1 (beyond the grid), and above xlin the value goes on linearly."""
+    if not (isinstance(c, types.Array) and c.dtype == types.float64 and isinstance(order, types.IntegerLiteral)
+            and all(map(_real, (x, p, k, last, rdx, xlin)))):
+        return None
+    degree = order.literal_value
+
+    def codegen(context, builder, signature, args):
+        x, p, k, last, rdx, xlin = _doubles(context, builder, signature.args[1:7], args[1:7])
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        ok = builder.and_(builder.fcmp_ordered(">=", k, _f(0.0)), builder.fcmp_ordered("<=", k, last))
+
+        def load():
+            b = builder
+            j = b.fptoui(k, ir.IntType(64))          # unsigned: k is in 0..last here
+            cs = [b.load(b.gep(data, [b.add(j, ir.Constant(ir.IntType(64), i))])) for i in range(7)]
+            clamped = b.fcmp_ordered(">", p, _f(1.0))
+            q = b.select(clamped, _f(1.0), p)
+
+            def horner(*coefficients):
+                y = coefficients[0]
+                for a in coefficients[1:]:
+                    y = b.fadd(b.fmul(y, q), a)
+                return y
+            if degree == 0:
+                y = horner(*cs[3:])
+                beyond = b.fadd(y, b.fmul(horner(*cs[:3]), b.fsub(x, xlin)))
+                return b.select(b.fcmp_ordered(">", x, xlin), beyond, y)
+            if degree == 1:
+                return horner(*cs[:3])
+            twice = b.fmul(_f(2.0), cs[0])
+            d = (b.fmul(b.fadd(b.fmul(twice, q), cs[1]), rdx) if degree == 2
+                 else b.fmul(b.fmul(twice, rdx), rdx))
+            return b.select(clamped, _f(0.0), d)
+        return _guarded(context, builder, ok, load)
+    return types.float64(c, x, p, k, last, rdx, xlin, order), codegen     # the literal: one codegen per order
 
 
-@njit(inline="always", error_model="numpy")
-def take(a, t, n):
-    """The take op for one element (its reference: engine/numeric/tables.py take_reference)."""
-    if not (t >= 0.0 and t < n and t == math.floor(t)):
-        return np.nan
-    return a[int(t)]
+@intrinsic
+def take(typingctx, a, t, n):
+    """The take op for one element (its reference: engine/numeric/tables.py take_reference): a[t] for t
+    one of 0..n-1, else NaN."""
+    if not (isinstance(a, types.Array) and a.ndim == 1 and _real(t) and _real(n)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        aty = signature.args[0]
+        t, n = _doubles(context, builder, signature.args[1:], args[1:])
+        valid = builder.and_(builder.and_(builder.fcmp_ordered(">=", t, _f(0.0)), builder.fcmp_ordered("<", t, n)),
+                             builder.fcmp_ordered("==", t, _call_math(builder, "floor", t)))
+        array = context.make_array(aty)(context, builder, args[0])
+
+        def load():
+            i = builder.fptoui(t, ir.IntType(64))
+            value = builder.load(cgutils.get_item_pointer(context, builder, aty, array, [i], wraparound=False))
+            return context.cast(builder, value, aty.dtype, types.float64)
+        return _guarded(context, builder, valid, load)
+    return types.float64(a, t, n), codegen
