@@ -10,6 +10,9 @@ are padded to the largest count. Timed, interleaved, median of --repeats:
   adgrad E+grad      compile_model(model, derivatives=[("E", "R")]) of the site-energy model
   ... + forces       the same, then the forces assembled from dE_dR (adgrad.engine.tools.atoms.forces,
                      a parallel scatter in a fixed number of parts)
+  hand half list     with --threads 1 only (it is serial): LAMMPS's own algorithm written by hand,
+                     each pair once (j > i) in a density pass and a force pass that writes both
+                     atoms' forces, on exact neighbour lists (no skin): E and forces, for scale
 LAMMPS's pair time per atom-step comes from `run` of bench/in.eam (NVE, 1600 K, 100 steps) on the
 same crystal size: the Pair line of its timing breakdown, with -sf omp -pk omp THREADS and, on one
 thread, -sf opt. adgrad's E and forces are checked against LAMMPS (run 0) on the displaced crystal.
@@ -78,6 +81,77 @@ def hand(R, valid, Fc, rc, zc, rdr, rdrho, nr, nrho, rhomax, cutsq, E, G):
             for a in range(3):
                 G[i, k, a] = s * R[i, k, a]
         E[i] = e
+
+
+@njit(nogil=True, cache=False, error_model="numpy")
+def hand_half(hR, hj, hn, Fc, rc, zc, rdr, rdrho, nr, nrho, rhomax, cutsq, rho, fp, E, f):
+    """pair_eam's compute() on a half list (serial): densities of both atoms of each pair, F and F',
+    then per pair the force on both atoms and half of phi to each; E_i and forces f_i."""
+    M = hR.shape[0]
+    rho[:] = 0.0
+    E[:] = 0.0
+    f[:] = 0.0
+    for i in range(M):
+        own = 0.0
+        for k in range(hn[i]):
+            rsq = hR[i, k, 0] ** 2 + hR[i, k, 1] ** 2 + hR[i, k, 2] ** 2
+            if rsq < cutsq:
+                p = np.sqrt(rsq) * rdr + 1.0
+                m = min(int(p), nr - 1)
+                p = min(p - m, 1.0)
+                q = m - 1
+                v = ((rc[q, 3] * p + rc[q, 4]) * p + rc[q, 5]) * p + rc[q, 6]
+                own += v
+                rho[hj[i, k]] += v
+        rho[i] += own
+    for i in range(M):
+        p = rho[i] * rdrho + 1.0
+        m = max(1, min(int(p), nrho - 1))
+        p = min(p - m, 1.0)
+        q = m - 1
+        fp[i] = (Fc[q, 0] * p + Fc[q, 1]) * p + Fc[q, 2]
+        E[i] = ((Fc[q, 3] * p + Fc[q, 4]) * p + Fc[q, 5]) * p + Fc[q, 6]
+        if rho[i] > rhomax:
+            E[i] += fp[i] * (rho[i] - rhomax)
+    for i in range(M):
+        fx, fy, fz, e = 0.0, 0.0, 0.0, 0.0
+        for k in range(hn[i]):
+            rsq = hR[i, k, 0] ** 2 + hR[i, k, 1] ** 2 + hR[i, k, 2] ** 2
+            if rsq < cutsq:
+                j = hj[i, k]
+                r = np.sqrt(rsq)
+                p = r * rdr + 1.0
+                m = min(int(p), nr - 1)
+                p = min(p - m, 1.0)
+                q = m - 1
+                rhop = (rc[q, 0] * p + rc[q, 1]) * p + rc[q, 2]
+                z2p = (zc[q, 0] * p + zc[q, 1]) * p + zc[q, 2]
+                z2 = ((zc[q, 3] * p + zc[q, 4]) * p + zc[q, 5]) * p + zc[q, 6]
+                recip = 1.0 / r
+                phi = z2 * recip
+                e += 0.5 * phi
+                E[j] += 0.5 * phi
+                s = ((fp[i] + fp[j]) * rhop + (z2p * recip - phi * recip)) * recip
+                fx += s * hR[i, k, 0]
+                fy += s * hR[i, k, 1]
+                fz += s * hR[i, k, 2]
+                for a in range(3):
+                    f[j, a] -= s * hR[i, k, a]
+        E[i] += e
+        f[i, 0] += fx
+        f[i, 1] += fy
+        f[i, 2] += fz
+
+
+def half_list(R, valid, index):
+    """The pairs j > i of full neighbour lists: (vectors (M, H, 3), partners (M, H), counts (M,))."""
+    keep = (index > np.arange(len(index))[:, None]) & (valid > 0.5)
+    counts = keep.sum(axis=1)
+    hR, hj = np.zeros((len(index), counts.max(), 3)), np.zeros((len(index), counts.max()), dtype=np.int64)
+    for i in range(len(index)):
+        ks = np.flatnonzero(keep[i])
+        hR[i, :len(ks)], hj[i, :len(ks)] = R[i, ks], index[i, ks]
+    return hR, hj, counts
 
 
 def lammps_pair_ns(reps, steps, threads, suffix):
@@ -159,8 +233,15 @@ def main(argv=None):
         run_adgrad(R, valid)
         return atoms.forces(out["dE_dR"], nb["index"])
 
-    timed = time_calls({"hand E+grad": (run_hand, None), "adgrad E+grad": (run_adgrad, None),
-                        "adgrad E+grad + forces": (run_adgrad_forces, None)}, (R, valid), args.repeats)
+    runners = {"hand E+grad": (run_hand, None), "adgrad E+grad": (run_adgrad, None),
+               "adgrad E+grad + forces": (run_adgrad_forces, None)}
+    if args.threads == 1:
+        hR, hj, counts = half_list(R, valid, nb["index"])
+        rho_h, fp_h, E_half, f_half = np.empty(M), np.empty(M), np.empty(M), np.empty((M, 3))
+        runners["hand half list, E + forces"] = (
+            lambda R, valid: hand_half(hR, hj, counts, Fc, rc, zc, 1.0 / rho.dx, 1.0 / F.dx, rho.n, F.n, F.xlin,
+                                       cut * cut, rho_h, fp_h, E_half, f_half), None)
+    timed = time_calls(runners, (R, valid), args.repeats)
     err_e = np.abs(out["E"] - E_h).max() / np.abs(E_h).max()
     err_g = np.abs(out["dE_dR"] - G_h).max() / np.abs(G_h).max()
     print(f"  check adgrad vs hand: E max rel err {err_e:.1e}, dE_dR {err_g:.1e}")
@@ -168,6 +249,10 @@ def main(argv=None):
     f = atoms.forces(out["dE_dR"], nb["index"])
     print(f"  check adgrad vs LAMMPS (run 0): E max rel err {np.abs(out['E'] - e_ref).max() / np.abs(e_ref).max():.1e}, "
           f"forces {np.abs(f - f_ref).max() / np.abs(f_ref).max():.1e}")
+    if args.threads == 1:
+        err_e = np.abs(E_half - out["E"]).max() / np.abs(E_h).max()
+        print(f"  check hand half list vs adgrad: E max rel err {err_e:.1e}, "
+              f"forces {np.abs(f_half - f).max() / np.abs(f).max():.1e}")
     if not max(err_e, err_g) < 1e-12:
         sys.exit("adgrad and the hand-written kernel disagree")
 
@@ -186,6 +271,9 @@ def main(argv=None):
     full = timed["adgrad E+grad + forces"][1] / M * 1e9
     print(f"targets: adgrad E+grad / hand <= 1.2: {timed['adgrad E+grad'][1] / base:.2f}; "
           f"LAMMPS Pair / adgrad (with forces) >= 2: {lmp_omp / full:.2f}")
+    if args.threads == 1:
+        half_ns = timed["hand half list, E + forces"][1] / M * 1e9
+        print(f"for scale: LAMMPS Pair (opt) / hand half list {lmp_opt / half_ns:.2f}, (omp) {lmp_omp / half_ns:.2f}")
 
 
 if __name__ == "__main__":
