@@ -99,15 +99,52 @@ def test_eam_inner_loop_is_vectorized():
 def test_eam_gradient_reads_the_stored_exp_back():
     """The exp loop stores one value per neighbour, the exp its sum reads; the gradient's -alpha exp(...)
     is computed again in the last loop (one product) instead of stored beside it and loaded back
-    (engine/codegen/schedule.py sink_inputs): a workspace of N floats, not 2N."""
+    (engine/codegen/schedule.py sink_inputs). The exps are stored in the gradient's own row, which the
+    last loop then rewrites in place (engine/codegen/plan.py staged): no workspace at all."""
     kernel = compile_model(load_model(EAM), derivatives=[("E", "x")], mode="reverse")
     n = kernel.graph.inputs["x"].shape[0]
-    assert kernel.workspace_size == n
+    assert kernel.workspace_size == 0
+    assert re.search(r"out_dE_dx\[i0\] = v\d+ *\n", kernel.source)
     x = np.random.default_rng(1).random((64, n))
     out = kernel.evaluate({"x": x})
     rho = np.exp(-3.0 * (x + 1.0))
     d = rho.sum(axis=1)
     np.testing.assert_allclose(out["dE_dx"], (2 * d + 3 * d ** 2 + d ** 3)[:, None] * -3.0 * rho, rtol=1e-13)
+
+
+STAGING = """
+adgrad: 1
+name: staging
+inputs:
+  x: [64, 32]
+let:
+  e: exp(x)
+  t: sin(x)
+  a: 2.0 * e * sum(e)
+outputs:
+  A: a
+  B: a + e
+  C: transpose(t) * sum(t)
+  D: 3.0 * t
+"""
+
+
+def test_a_value_lives_in_an_output_row_only_when_nothing_reads_it_after(model_from_text):
+    """e's last reader is the loop that writes A and then B = A + e: e cannot live in A's row (read after
+    A is written there) but does in B's, read just before each element of B is written over it (and
+    rewritten there by the libm redo of its own loop, whose sin may fall back). t is read transposed
+    by C: it stays in the workspace, the only block there. Values against numpy, on 1 and 2 threads."""
+    kernel = compile_model(model_from_text(STAGING, "staging"))
+    assert kernel.workspace_size == 64 * 32
+    assert re.search(r"v\d+ = __vexp\(in_x\[i0\*32 \+ i1\]\)\n *out_B\[i0\*32 \+ i1\] = v\d+", kernel.source)
+    x = np.random.default_rng(2).normal(size=(3000, 64, 32))
+    e, t = np.exp(x), np.sin(x)
+    A = 2.0 * e * e.sum(axis=(1, 2))[:, None, None]
+    want = {"A": A, "B": A + e, "C": np.swapaxes(t, 1, 2) * t.sum(axis=(1, 2))[:, None, None], "D": 3.0 * t}
+    for threads in (1, 2):
+        got = kernel.evaluate({"x": x}, threads=threads)
+        for name, w in want.items():
+            np.testing.assert_allclose(got[name], w, rtol=1e-13, atol=1e-13 * np.abs(w).max(), err_msg=name)
 
 
 # ---- every math function's vector form --------------------------------------------------------------

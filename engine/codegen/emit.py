@@ -32,7 +32,7 @@ from ..ir.op import OPS, cstrides, literal
 from ..ir.ops.elementwise import MathLowering
 from ..ir.printer import canonical_names, format_eqn
 from . import vector
-from .plan import Buf, Workspace, liveness
+from .plan import Buf, Workspace, liveness, staged
 from .schedule import Group, kind, schedule
 
 
@@ -116,6 +116,7 @@ class Emitter:
         self.early = _early_stores(graph, self.out_of, self.row_buf)
         self.stored, last_use = liveness(self.items, graph.outputs.values())
         self.ws = Workspace(last_use)
+        self.staged = {} if lanes else {v: self.out_of[o] for v, o in staged(self.items, self.out_of, last_use).items()}
         self.i = 0                   # the item being emitted
 
     @property
@@ -160,6 +161,8 @@ class Emitter:
     def alloc(self, v):
         if v in self.out_of:
             return self.row_buf(self.out_of[v], v.shape)
+        if v in self.staged:
+            return self.row_buf(self.staged[v], v.shape)
         return self.ws.alloc(v, self.i)
 
     def reuse(self, old, new):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.op import cstrides
+from ..ir.op import OPS, cstrides
 from .schedule import Group, Single, kind
 
 
@@ -109,3 +109,34 @@ class Workspace:
             return None
         self._owner[new] = self._owner.pop(old)
         return Buf.whole("work", new.shape, self._owner[new][0])
+
+
+def staged(items, outputs, last_use):
+    """{value: output Var} for values stored in an output's row rather than the workspace: v of the
+    output's shape, whose last reader is the loop nest that computes the output element by element, and
+    there only in elementwise equations before the output's own (so element k of v is read before
+    element k of the output is written over it), never through a view, a reduction or a nest that
+    libm redoes. Seed 000's gradient is -alpha F'(rho) exp(...) of the exps its density summed: stored
+    in the gradient's row, the row is written (and its cache lines fetched) while the exps are computed
+    instead of all at once in the last loop, which then rewrites it in cache."""
+    producer = {e.out: i for i, it in enumerate(items) for e in eqns_of(it)}
+    viewed = {it.eqn.args[0] for it in items if isinstance(it, Single) and kind(it.eqn) == "view"}
+    out = {}
+    for o in dict.fromkeys(outputs):
+        g = producer.get(o)
+        if g is None or not isinstance(items[g], Group) or items[g].space != o.shape:
+            continue
+        eqns = items[g].eqns
+        if any(getattr(OPS[e.op].lower, "fallback", None) for e in eqns):
+            continue
+        at = next(k for k, e in enumerate(eqns) if e.out == o)
+        if kind(eqns[at]) == "reduce":
+            continue
+        for v in dict.fromkeys(a for e in eqns[:at + 1] for a in e.args):
+            if (v.shape == o.shape and v.dtype == "f8" and v not in outputs and v not in viewed and v not in out
+                    and isinstance(items[producer.get(v, g)], Group) and producer.get(v, g) < g
+                    and last_use.get(v) == g and not any(v in e.args for e in eqns[at + 1:])
+                    and not any(v in e.args and kind(e) == "reduce" for e in eqns)):
+                out[v] = o
+                break
+    return out
