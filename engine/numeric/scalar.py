@@ -34,7 +34,8 @@ _defer_blas_probe()
 
 
 def _real(x):
-    return isinstance(x, (types.Float, types.Integer))
+    """A number the helpers take (as a float64, as the njit helpers they replace did)."""
+    return isinstance(x, (types.Float, types.Integer, types.Boolean))
 
 
 def _doubles(context, builder, kinds, args):
