@@ -41,6 +41,43 @@ import lammps_oracle as lo  # noqa: E402  (tests/lammps_oracle.py loads the lamm
 from adgrad.engine import api  # noqa: E402
 from adgrad.engine.tools import atoms  # noqa: E402
 
+@njit(inline="always")
+def piece(x, rdx, n, lowest=0):
+    """pair_eam's lookup: (row of the piece of x, position p in it, clamped to 1)."""
+    p = x * rdx + 1.0
+    m = max(lowest, min(int(p), n - 1))
+    return m - 1, min(p - m, 1.0)
+
+
+@njit(inline="always")
+def density(rsq, rc, rdr, nr):
+    q, p = piece(np.sqrt(rsq), rdr, nr)
+    return ((rc[q, 3] * p + rc[q, 4]) * p + rc[q, 5]) * p + rc[q, 6]
+
+
+@njit(inline="always")
+def embedding(rho, Fc, rdrho, nrho, rhomax):
+    """(F(rho), F'(rho)), F extended linearly beyond rhomax."""
+    q, p = piece(rho, rdrho, nrho, 1)
+    fp = (Fc[q, 0] * p + Fc[q, 1]) * p + Fc[q, 2]
+    e = ((Fc[q, 3] * p + Fc[q, 4]) * p + Fc[q, 5]) * p + Fc[q, 6]
+    if rho > rhomax:
+        e += fp * (rho - rhomax)
+    return e, fp
+
+
+@njit(inline="always")
+def pair(r, rc, zc, rdr, nr):
+    """(rho'(r), phi(r) = z2r(r) / r, phi'(r), 1 / r)."""
+    q, p = piece(r, rdr, nr)
+    rhop = (rc[q, 0] * p + rc[q, 1]) * p + rc[q, 2]
+    z2p = (zc[q, 0] * p + zc[q, 1]) * p + zc[q, 2]
+    z2 = ((zc[q, 3] * p + zc[q, 4]) * p + zc[q, 5]) * p + zc[q, 6]
+    recip = 1.0 / r
+    phi = z2 * recip
+    return rhop, phi, (z2p * recip - phi * recip), recip
+
+
 @njit(**KERNEL_OPTS)
 def hand(R, valid, Fc, rc, zc, rdr, rdrho, nr, nrho, rhomax, cutsq, E, G):
     """E_i = F(sum_j rho(r_ij)) + 1/2 sum_j phi(r_ij) and dE_i/dR_ij, with pair_eam's lookups."""
@@ -49,35 +86,16 @@ def hand(R, valid, Fc, rc, zc, rdr, rdrho, nr, nrho, rhomax, cutsq, E, G):
         for k in range(R.shape[1]):
             rsq = R[i, k, 0] ** 2 + R[i, k, 1] ** 2 + R[i, k, 2] ** 2
             if valid[i, k] > 0.5 and rsq < cutsq:
-                p = np.sqrt(rsq) * rdr + 1.0
-                m = min(int(p), nr - 1)
-                p = min(p - m, 1.0)
-                q = m - 1
-                rho += ((rc[q, 3] * p + rc[q, 4]) * p + rc[q, 5]) * p + rc[q, 6]
-        p = rho * rdrho + 1.0
-        m = max(1, min(int(p), nrho - 1))
-        p = min(p - m, 1.0)
-        q = m - 1
-        fp = (Fc[q, 0] * p + Fc[q, 1]) * p + Fc[q, 2]
-        e = ((Fc[q, 3] * p + Fc[q, 4]) * p + Fc[q, 5]) * p + Fc[q, 6]
-        if rho > rhomax:
-            e += fp * (rho - rhomax)
+                rho += density(rsq, rc, rdr, nr)
+        e, fp = embedding(rho, Fc, rdrho, nrho, rhomax)
         for k in range(R.shape[1]):
             rsq = R[i, k, 0] ** 2 + R[i, k, 1] ** 2 + R[i, k, 2] ** 2
             s = 0.0
             if valid[i, k] > 0.5 and rsq < cutsq:
                 r = np.sqrt(rsq)
-                p = r * rdr + 1.0
-                m = min(int(p), nr - 1)
-                p = min(p - m, 1.0)
-                q = m - 1
-                rhop = (rc[q, 0] * p + rc[q, 1]) * p + rc[q, 2]
-                z2p = (zc[q, 0] * p + zc[q, 1]) * p + zc[q, 2]
-                z2 = ((zc[q, 3] * p + zc[q, 4]) * p + zc[q, 5]) * p + zc[q, 6]
-                recip = 1.0 / r
-                phi = z2 * recip
+                rhop, phi, phip, recip = pair(r, rc, zc, rdr, nr)
                 e += 0.5 * phi
-                s = (fp * rhop + 0.5 * (z2p * recip - phi * recip)) * recip
+                s = (fp * rhop + 0.5 * phip) * recip
             for a in range(3):
                 G[i, k, a] = s * R[i, k, a]
         E[i] = e
@@ -96,23 +114,12 @@ def hand_half(hR, hj, hn, Fc, rc, zc, rdr, rdrho, nr, nrho, rhomax, cutsq, rho, 
         for k in range(hn[i]):
             rsq = hR[i, k, 0] ** 2 + hR[i, k, 1] ** 2 + hR[i, k, 2] ** 2
             if rsq < cutsq:
-                p = np.sqrt(rsq) * rdr + 1.0
-                m = min(int(p), nr - 1)
-                p = min(p - m, 1.0)
-                q = m - 1
-                v = ((rc[q, 3] * p + rc[q, 4]) * p + rc[q, 5]) * p + rc[q, 6]
+                v = density(rsq, rc, rdr, nr)
                 own += v
                 rho[hj[i, k]] += v
         rho[i] += own
     for i in range(M):
-        p = rho[i] * rdrho + 1.0
-        m = max(1, min(int(p), nrho - 1))
-        p = min(p - m, 1.0)
-        q = m - 1
-        fp[i] = (Fc[q, 0] * p + Fc[q, 1]) * p + Fc[q, 2]
-        E[i] = ((Fc[q, 3] * p + Fc[q, 4]) * p + Fc[q, 5]) * p + Fc[q, 6]
-        if rho[i] > rhomax:
-            E[i] += fp[i] * (rho[i] - rhomax)
+        E[i], fp[i] = embedding(rho[i], Fc, rdrho, nrho, rhomax)
     for i in range(M):
         fx, fy, fz, e = 0.0, 0.0, 0.0, 0.0
         for k in range(hn[i]):
@@ -120,18 +127,10 @@ def hand_half(hR, hj, hn, Fc, rc, zc, rdr, rdrho, nr, nrho, rhomax, cutsq, rho, 
             if rsq < cutsq:
                 j = hj[i, k]
                 r = np.sqrt(rsq)
-                p = r * rdr + 1.0
-                m = min(int(p), nr - 1)
-                p = min(p - m, 1.0)
-                q = m - 1
-                rhop = (rc[q, 0] * p + rc[q, 1]) * p + rc[q, 2]
-                z2p = (zc[q, 0] * p + zc[q, 1]) * p + zc[q, 2]
-                z2 = ((zc[q, 3] * p + zc[q, 4]) * p + zc[q, 5]) * p + zc[q, 6]
-                recip = 1.0 / r
-                phi = z2 * recip
+                rhop, phi, phip, recip = pair(r, rc, zc, rdr, nr)
                 e += 0.5 * phi
                 E[j] += 0.5 * phi
-                s = ((fp[i] + fp[j]) * rhop + (z2p * recip - phi * recip)) * recip
+                s = ((fp[i] + fp[j]) * rhop + phip) * recip
                 fx += s * hR[i, k, 0]
                 fy += s * hR[i, k, 1]
                 fz += s * hR[i, k, 2]

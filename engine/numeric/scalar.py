@@ -93,22 +93,19 @@ def hardmul(typingctx, d, p):
     return _lookup(types.float64(d, p), build)
 
 
-@intrinsic
-def minimum(typingctx, a, b):
-    """np.minimum of two float64: a NaN a wins, else the smaller (b for a NaN b)."""
-    if not (_real(a) and _real(b)):
-        return None
-    return _lookup(types.float64(a, b), lambda bld, a, b: bld.select(
-        bld.or_(bld.fcmp_ordered("<=", a, b), bld.fcmp_unordered("!=", a, a)), a, b))
+def _nan_first(name, cmp):
+    """np.minimum (cmp "<=") or np.maximum (">=") of two float64: a if a NaN or a cmp b, else b."""
+    def typer(typingctx, a, b):
+        if not (_real(a) and _real(b)):
+            return None
+        return _lookup(types.float64(a, b), lambda bld, a, b: bld.select(
+            bld.or_(bld.fcmp_ordered(cmp, a, b), bld.fcmp_unordered("!=", a, a)), a, b))
+    typer.__name__ = typer.__qualname__ = name
+    return intrinsic(typer)
 
 
-@intrinsic
-def maximum(typingctx, a, b):
-    """np.maximum of two float64."""
-    if not (_real(a) and _real(b)):
-        return None
-    return _lookup(types.float64(a, b), lambda bld, a, b: bld.select(
-        bld.or_(bld.fcmp_ordered(">=", a, b), bld.fcmp_unordered("!=", a, a)), a, b))
+minimum = _nan_first("minimum", "<=")
+maximum = _nan_first("maximum", ">=")
 
 
 EXPONENT = 0x7FF0000000000000      # a float64 whose exponent bits are all ones is an infinity or a NaN
