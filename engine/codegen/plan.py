@@ -127,16 +127,17 @@ def staged(items, outputs, last_use):
         if g is None or not isinstance(items[g], Group) or items[g].space != o.shape:
             continue
         eqns = items[g].eqns
-        if any(getattr(OPS[e.op].lower, "fallback", None) for e in eqns):
-            continue
         at = next(k for k, e in enumerate(eqns) if e.out == o)
-        if kind(eqns[at]) == "reduce":
+        if kind(eqns[at]) == "reduce" or any(getattr(OPS[e.op].lower, "fallback", None) for e in eqns):
             continue
-        for v in dict.fromkeys(a for e in eqns[:at + 1] for a in e.args):
-            if (v.shape == o.shape and v.dtype == "f8" and v not in outputs and v not in viewed and v not in out
-                    and isinstance(items[producer.get(v, g)], Group) and producer.get(v, g) < g
+
+        def fits(v):
+            made = producer.get(v)
+            return (made is not None and made < g and isinstance(items[made], Group) and v.shape == o.shape
+                    and v.dtype == "f8" and v not in outputs and v not in viewed and v not in out
                     and last_use.get(v) == g and not any(v in e.args for e in eqns[at + 1:])
-                    and not any(v in e.args and kind(e) == "reduce" for e in eqns)):
-                out[v] = o
-                break
+                    and not any(v in e.args and kind(e) == "reduce" for e in eqns))
+        v = next((a for e in eqns[:at + 1] for a in e.args if fits(a)), None)
+        if v is not None:
+            out[v] = o
     return out

@@ -1,5 +1,6 @@
-"""Helpers the generated kernels call; numba inlines them. The scalar ones match numpy's semantics
-(NaN propagation included) for one float64."""
+"""Helpers the generated kernels call: intrinsics (LLVM instructions) where a helper is a few
+operations, njit functions numba inlines otherwise. The scalar ones match numpy's semantics (NaN
+propagation included) for one float64."""
 import importlib.util
 import math
 import sys
@@ -256,20 +257,23 @@ def table_at(typingctx, c, x, p, k, last, rdx, xlin, order):
     position in the piece (table_fraction), order (a literal) 0 for the value, 1-3 for derivatives.
     `last` is a constant rather than c's length, so that the tables of one shape at one k share the
     test. Pieces are p clamped to 1 (beyond the grid), and above xlin the value goes on linearly."""
-    if not (isinstance(c, types.Array) and c.dtype == types.float64 and isinstance(order, types.IntegerLiteral)
+    if not (isinstance(c, types.Array) and c.ndim == 1 and c.dtype == types.float64
+            and isinstance(order, types.IntegerLiteral)
             and all(map(_real, (x, p, k, last, rdx, xlin)))):
         return None
     degree = order.literal_value
 
     def codegen(context, builder, signature, args):
         x, p, k, last, rdx, xlin = _doubles(context, builder, signature.args[1:7], args[1:7])
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        cty = signature.args[0]
+        array = context.make_array(cty)(context, builder, args[0])
         ok = builder.and_(builder.fcmp_ordered(">=", k, _f(0.0)), builder.fcmp_ordered("<=", k, last))
 
         def load():
             b = builder
             j = b.fptoui(k, ir.IntType(64))          # unsigned: k is in 0..last here
-            cs = [b.load(b.gep(data, [b.add(j, ir.Constant(ir.IntType(64), i))])) for i in range(7)]
+            cs = [b.load(cgutils.get_item_pointer(context, b, cty, array, [b.add(j, ir.Constant(j.type, i))],
+                                                  wraparound=False)) for i in range(7)]
             clamped = b.fcmp_ordered(">", p, _f(1.0))
             q = b.select(clamped, _f(1.0), p)
 
