@@ -8,6 +8,8 @@ import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from numba import njit
 from adgrad.engine import api
 from adgrad.engine.errors import SpecError
@@ -339,7 +341,7 @@ def test_malformed_three_body_files_name_file_and_line(tmp_path, text, line, mes
 
 
 def test_three_body_constants_by_species(tmp_path):
-    text = "".join(f"{a} {b} {c} " + " ".join(str(v) for v in range(1, 12)) + f" \n"
+    text = "".join(f"{a} {b} {c} " + " ".join(str(v) for v in range(1, 12)) + " \n"
                    for a in ("X", "Y") for b in ("X", "Y") for c in ("X", "Y")).replace(
         "Y X Y 1 2", "Y X Y 100 2")
     (tmp_path / "p.sw").write_text(text)
@@ -357,3 +359,49 @@ def test_three_body_constants_by_species(tmp_path):
     E = k.evaluate({"s": np.array([[0.0, 1.0, 2.0, 0.5]])})["E"][0]
     # species 0 is Y: (Y, X, Y) has epsilon 100; a = 3, sigma = 2: cut 6; invalid indices give NaN
     assert E[0] == 106.0 and E[1] == 7.0 and np.isnan(E[2]) and np.isnan(E[3])
+
+
+@njit
+def _helpers(c, x, t, p, k, x0, rdx, n, ntab, last, xlin):
+    """Every table helper the kernels call, at each (x[i], t[i], p[i], k[i]), in one numba loop."""
+    out = np.empty((x.shape[0], 8))
+    for i in range(x.shape[0]):
+        m = scalar.table_segment(x[i], x0, rdx, n)
+        out[i, 0] = m
+        out[i, 1] = scalar.table_fraction(x[i], m, x0, rdx)
+        out[i, 2] = scalar.table_row(t[i], m, ntab, n)
+        out[i, 3] = scalar.table_at(c, x[i], p[i], k[i], last, rdx, xlin, 0)
+        out[i, 4] = scalar.table_at(c, x[i], p[i], k[i], last, rdx, xlin, 1)
+        out[i, 5] = scalar.table_at(c, x[i], p[i], k[i], last, rdx, xlin, 2)
+        out[i, 6] = scalar.table_at(c, x[i], p[i], k[i], last, rdx, xlin, 3)
+        out[i, 7] = scalar.take(c, t[i], c.shape[0])
+    return out
+
+
+ANY_FLOAT = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.floats(-3.0, 40.0),
+                      st.integers(-3, 40).map(float), st.sampled_from([0.0, -0.0, 1.0, 7.0, 13.5, 2.0 ** 60]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(ANY_FLOAT, ANY_FLOAT, ANY_FLOAT, ANY_FLOAT), min_size=1, max_size=40),
+       st.one_of(st.sampled_from([0.0, 0.25, -1.0]), st.floats(-1.0, 1.0)),
+       st.one_of(st.sampled_from([0.5, 2.0, 4.0]), st.floats(0.5, 8.0)), st.sampled_from([2.0, 5.0, math.inf]))
+def test_compiled_helpers_are_the_references_bits(rows, x0, rdx, xlin):
+    """table_segment, table_fraction, table_row, table (orders 0-3) and take, compiled as kernels call
+    them, against engine/numeric/tables.py's references, bit for bit, on any floats: NaN, infinities,
+    -0, the grid's nodes and their neighbours, offsets and species out of range or fractional,
+    positions beyond a piece."""
+    n, ntab = 6, 2
+    c = np.random.default_rng(0).normal(size=ntab * n * 7)
+    x, t, p, k = (np.array(col) for col in zip(*rows))
+    nodes = x0 + np.arange(n + 1) / rdx
+    x = np.concatenate([x, nodes, np.nextafter(nodes, -np.inf), np.nextafter(nodes, np.inf)])
+    t, p, k = (np.resize(a, x.shape) for a in (t, p, k))
+    got = _helpers(c, x, t, p, k, x0, rdx, n, ntab, c.shape[0] - 7.0, xlin)
+    m = tables.segment(x, x0, rdx, n)
+    with np.errstate(all="ignore"):
+        want = [m, tables.fraction(x, m, x0, rdx), tables.row(t, m, n, ntab),
+                *(tables.evaluate_at(c, x, p, k, rdx, xlin, order) for order in range(4)),
+                tables.take_reference(c, t)]
+    for j, w in enumerate(want):
+        assert np.array_equal(got[:, j], w, equal_nan=True), (j, got[:, j], w)
