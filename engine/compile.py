@@ -68,7 +68,8 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, 
     kernel = CompiledKernel(model, graph, derivs, source, load(source), em.work_size,
                             {n: v.shape for n, v in graph.outputs.items()},
                             frozenset(d.name for d in derivs if d.kind == "sum"), scalar is not None, scalar or graph,
-                            math, tuple(em.calls), lanes=bool(em.lanes))
+                            math, tuple(em.calls), lanes=bool(em.lanes),
+                            in_output_rows=tuple((em.names[v], out[4:]) for v, out in em.staged.items()))
     kernel.evaluate({n: np.empty((0,) + v.shape) for n, v in graph.inputs.items()})   # jit (or load) now
     return kernel
 

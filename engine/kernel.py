@@ -85,6 +85,7 @@ class CompiledKernel:
     math_calls: tuple = ()      # (function, "vector" | "libm", where and why) per math call in the source
     serial_below: int = SERIAL_BELOW    # calls on fewer points run on the calling thread
     lanes: bool = False         # straight-line code run across points (engine/codegen/vector.py lanes_fit)
+    in_output_rows: tuple = ()  # (value, output): values kept in an output's row (engine/codegen/plan.py staged)
 
     @property
     def point_kernel(self):

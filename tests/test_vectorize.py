@@ -105,6 +105,7 @@ def test_eam_gradient_reads_the_stored_exp_back():
     n = kernel.graph.inputs["x"].shape[0]
     assert kernel.workspace_size == 0
     assert re.search(r"out_dE_dx\[i0\] = v\d+ *\n", kernel.source)
+    assert [out for _, out in kernel.in_output_rows] == ["dE_dx"]          # adgrad explain says so
     x = np.random.default_rng(1).random((64, n))
     out = kernel.evaluate({"x": x})
     rho = np.exp(-3.0 * (x + 1.0))

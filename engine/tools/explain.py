@@ -31,6 +31,7 @@ def explain(model, config=None, parts=PARTS, mode=None, math=None) -> str:
             lines.append(f"  {d.name}: {d.mode} ({c.reason}; estimated work forward {c.forward_cost}, "
                          f"reverse {c.reverse_cost})")
         lines.append(f"workspace: {kernel.workspace_size} floats per thread")
+        lines += [f"  {v} is kept in {out}'s row until {out} overwrites it" for v, out in kernel.in_output_rows]
         lanes = ", run across points (a lanes kernel)" if kernel.lanes else ""
         lines.append("kernel: " + (f"straight-line scalar code (small tensors scalarized){lanes}" if kernel.scalarized
                                    else "loop nests over the tensor axes"))
