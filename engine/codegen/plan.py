@@ -115,10 +115,11 @@ def staged(items, outputs, last_use):
     """{value: output Var} for values stored in an output's row rather than the workspace: v of the
     output's shape, whose last reader is the loop nest that computes the output element by element, and
     there only in elementwise equations before the output's own (so element k of v is read before
-    element k of the output is written over it), never through a view, a reduction or a nest that
-    libm redoes. Seed 000's gradient is -alpha F'(rho) exp(...) of the exps its density summed: stored
-    in the gradient's row, the row is written (and its cache lines fetched) while the exps are computed
-    instead of all at once in the last loop, which then rewrites it in cache."""
+    element k of the output is written over it), never through a view, a reduction, a whole-array
+    argument (take's, read at any index) or a nest that libm redoes. Seed 000's gradient is -alpha
+    F'(rho) exp(...) of the exps its density summed: stored in the gradient's row, the row is written
+    (and its cache lines fetched) while the exps are computed instead of all at once in the last
+    loop, which then rewrites it in cache."""
     producer = {e.out: i for i, it in enumerate(items) for e in eqns_of(it)}
     viewed = {it.eqn.args[0] for it in items if isinstance(it, Single) and kind(it.eqn) == "view"}
     out = {}
@@ -136,7 +137,8 @@ def staged(items, outputs, last_use):
             return (made is not None and made < g and isinstance(items[made], Group) and v.shape == o.shape
                     and v.dtype == "f8" and v not in outputs and v not in viewed and v not in out
                     and last_use.get(v) == g and not any(v in e.args for e in eqns[at + 1:])
-                    and not any(v in e.args and kind(e) == "reduce" for e in eqns))
+                    and not any(v in e.args and kind(e) == "reduce" for e in eqns)
+                    and not any(e.args[k] is v for e in eqns for k in OPS[e.op].whole))
         v = next((a for e in eqns[:at + 1] for a in e.args if fits(a)), None)
         if v is not None:
             out[v] = o
