@@ -46,7 +46,7 @@ INLINE_MAX = 1000
 BLOCKS = '''
     lo = __fetch_add(next_row, block)
     while lo < m:
-        hi = min(m, lo + block)
+        hi = __select(lo + block < m, lo + block, m)     # not min(): its overload is one more compile
 {body}
         lo = __fetch_add(next_row, block)
 '''
@@ -75,7 +75,7 @@ def {name}(next_row, block, m, {sargs}, work, {bufs}, bad):
     row, scatter the results; no array of the whole size is copied.{doc}"""
     check = bad.shape[0] > 0''' + BLOCKS.replace("{body}", '''\
         for s in range(lo, hi, {step}):
-            n = min(hi, s + {step}) - s
+            n = __select(s + {step} < hi, {step}, hi - s)
 {gather}
 {call}
 {scatter}''')
@@ -109,7 +109,7 @@ def batch(next_row, block, {args}, work, bad):
     check = bad.shape[0] > 0
 {flat}''' + BLOCKS.replace("{body}", '''\
         for s in range(lo, hi, {step}):
-            n = min(hi, s + {step}) - s
+            n = __select(s + {step} < hi, {step}, hi - s)
             for b in range(n):
 {gather}
             lanes({params}work, n)

@@ -119,7 +119,7 @@ def _all_ones(bits, mask):
     exponent bits, which vectorizes (a float test with an early exit does not)."""
     top = 0
     for b in bits:
-        top = max(top, b & mask)
+        top = select(b & mask > top, b & mask, top)     # max(): its overload would be one more compile
     return top == mask
 
 
@@ -138,7 +138,8 @@ def nonfinite(row):
     cold compile, this 0.1 s once."""
     top = 0
     for v in row:
-        top = max(top, _bits(v) & EXPONENT)
+        b = _bits(v) & EXPONENT
+        top = select(b > top, b, top)          # max(): its overload would be one more compile
     return top == EXPONENT
 
 
