@@ -97,11 +97,17 @@ def hand_vexp_value_grad(X, E, G):
     for i in prange(M):
         for j in range(N):
             G[i, j] = vexp(-3.0 * X[i, j] - 3.0)
-        part = np.zeros(8)
+        p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = 0.0
         for j in range(0, N - N % 8, 8):
-            for q in range(8):
-                part[q] += G[i, j + q]
-        rho = part.sum()
+            p0 += G[i, j]
+            p1 += G[i, j + 1]
+            p2 += G[i, j + 2]
+            p3 += G[i, j + 3]
+            p4 += G[i, j + 4]
+            p5 += G[i, j + 5]
+            p6 += G[i, j + 6]
+            p7 += G[i, j + 7]
+        rho = ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
         for j in range(N - N % 8, N):
             rho += G[i, j]
         E[i] = rho * rho * (1.0 + rho * (1.0 + 0.25 * rho))

@@ -47,7 +47,7 @@ def _f(value):
     return ir.Constant(ir.DoubleType(), value)
 
 
-def _lookup(sig, build):
+def _float_intrinsic(sig, build):
     """An intrinsic returning float64 from real arguments, cast to float64, built by build(builder, *args)."""
     def codegen(context, builder, signature, args):
         return build(builder, *_doubles(context, builder, signature.args, args))
@@ -65,7 +65,7 @@ def sign(typingctx, x):
     def build(b, x):
         return b.select(b.fcmp_ordered(">", x, _f(0.0)), _f(1.0),
                         b.select(b.fcmp_ordered("<", x, _f(0.0)), _f(-1.0), b.fmul(x, _f(0.0))))
-    return _lookup(types.float64(x), build)
+    return _float_intrinsic(types.float64(x), build)
 
 
 @njit(inline="always", error_model="numpy")
@@ -91,7 +91,7 @@ def hardmul(typingctx, d, p):
     def build(b, d, p):
         keep = b.or_(b.fcmp_unordered("!=", d, _f(0.0)), b.fcmp_ordered("==", b.fsub(p, p), _f(0.0)))
         return b.select(keep, b.fmul(d, p), b.fmul(d, _f(0.0)))
-    return _lookup(types.float64(d, p), build)
+    return _float_intrinsic(types.float64(d, p), build)
 
 
 def _nan_first(name, cmp):
@@ -99,7 +99,7 @@ def _nan_first(name, cmp):
     def typer(typingctx, a, b):
         if not (_real(a) and _real(b)):
             return None
-        return _lookup(types.float64(a, b), lambda bld, a, b: bld.select(
+        return _float_intrinsic(types.float64(a, b), lambda bld, a, b: bld.select(
             bld.or_(bld.fcmp_ordered(cmp, a, b), bld.fcmp_unordered("!=", a, a)), a, b))
     typer.__name__ = typer.__qualname__ = name
     return intrinsic(typer)
@@ -207,7 +207,7 @@ def table_segment(typingctx, x, x0, rdx, n):
         p = b.fadd(b.fmul(b.fsub(x, x0), rdx), _f(1.0))
         inside = b.select(b.fcmp_ordered(">=", p, _f(1.0)), _call_math(b, "trunc", p), _f(1.0))
         return b.select(b.fcmp_ordered(">=", p, n), b.fsub(n, _f(1.0)), inside)
-    return _lookup(types.float64(x, x0, rdx, n), build)
+    return _float_intrinsic(types.float64(x, x0, rdx, n), build)
 
 
 @intrinsic
@@ -218,7 +218,7 @@ def table_fraction(typingctx, x, m, x0, rdx):
 
     def build(b, x, m, x0, rdx):
         return b.fsub(b.fadd(b.fmul(b.fsub(x, x0), rdx), _f(1.0)), m)
-    return _lookup(types.float64(x, m, x0, rdx), build)
+    return _float_intrinsic(types.float64(x, m, x0, rdx), build)
 
 
 @intrinsic
@@ -233,7 +233,7 @@ def table_row(typingctx, t, m, ntab, n):
                        b.fcmp_ordered("==", t, _call_math(b, "floor", t)))
         row = b.fmul(b.fsub(b.fadd(b.fmul(t, n), m), _f(1.0)), _f(7.0))
         return b.select(valid, row, _f(math.nan))
-    return _lookup(types.float64(t, m, ntab, n), build)
+    return _float_intrinsic(types.float64(t, m, ntab, n), build)
 
 
 def _guarded(context, builder, ok, load):
