@@ -61,7 +61,7 @@ def is_config(path):
     try:
         with open(path, encoding="utf-8") as f:
             top = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError):
+    except (OSError, yaml.YAMLError, RecursionError):
         return False            # let the model loader report the problem with its location
     return isinstance(top, dict) and "model" in top and "inputs" not in top
 

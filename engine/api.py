@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+from . import arguments
 from .compile import compile_model
 from .kernel import CompiledKernel
 from .model import LoadedModel, build
@@ -14,8 +15,10 @@ __all__ = ["load_model", "compile_model", "run", "CompiledKernel"]
 def load_model(path, input_shapes=None, sizes=None) -> LoadedModel:
     """Parse and check a model file. `sizes` replaces the values of the model's named sizes (name ->
     int, e.g. {"N": 120} for the neighbour count); `input_shapes` replaces declared input shapes
-    (name -> shape). Each distinct shape is its own kernel in the compile cache."""
-    return build(load_model_file(os.fspath(path), input_shapes, sizes))
+    (name -> shape). Each distinct shape is its own kernel in the compile cache. A size or input the
+    model does not declare, or a value out of range, is a ValueError naming the argument."""
+    return build(load_model_file(os.fspath(path), arguments.input_shapes(input_shapes), arguments.sizes(sizes),
+                                 argument_error=ValueError))
 
 
 def run(config, **options):

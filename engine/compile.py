@@ -110,6 +110,9 @@ def _results(model, derivatives, mode, values):
         d, var = _derive(b, model, req, seed)
         derivs.append(d)
         outs[d.name] = var
+    if model.species_guard is not None:     # an invalid species index: NaN results, counted as non-finite
+        with b.active():
+            outs = {n: b.emit("select", model.species_guard, v, np.nan) for n, v in outs.items()}
     b.graph.outputs = outs
     return dce(b.graph), derivs
 

@@ -22,6 +22,7 @@ import numba
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from . import arguments
 from .codegen.load import STRIDED_BLOCK, seal
 from .ir.core import Graph
 from .numeric.exactsum import ExactSum
@@ -160,11 +161,18 @@ class CompiledKernel:
         than `serial_below` points (default 1024) or threads=1 run on the calling thread, with no
         parallel launch, to the same bits. `nonfinite`: an optional bool array (M,), set to whether
         each point's inputs or float64 results hold a NaN or an infinity.
-        An out array that shares memory with an input or another out array is a ValueError.
+        Every argument is checked before anything runs (engine/arguments.py): an unknown name, a wrong
+        shape, dtype or length, a read-only `out` or an `out` array that shares memory with an input or
+        another out array is a ValueError (a wrong kind of object a TypeError), naming the argument.
         Returns {name: array or that ExactSum}."""
-        m = self._points(inputs)
-        _no_overlap(inputs, out or {})
-        results, targets, finish = self._targets(m, {} if out is None else out)
+        owner = f"model '{self.model.name}'"
+        m, inputs = arguments.inputs(inputs, self.graph.inputs, owner)
+        out = arguments.outputs(out, self.output_shapes, self.reduced, m, owner)
+        params = arguments.params(params, self.graph.params, self.model.tables, owner)
+        threads = arguments.threads(threads)
+        nonfinite = arguments.nonfinite(nonfinite, m)
+        _no_overlap(inputs, out)
+        results, targets, finish = self._targets(m, out)
         before = numba.get_num_threads() if threads else None
         try:
             if threads:
@@ -178,21 +186,6 @@ class CompiledKernel:
             step()
         return results
 
-    def _points(self, inputs):
-        """The number of points, once every input is present with its shape and the same count."""
-        m = None
-        for name, v in self.graph.inputs.items():
-            if name not in inputs:
-                raise KeyError(f"missing input '{name}'")
-            shape = np.shape(inputs[name])
-            if tuple(shape[1:]) != v.shape:
-                raise ValueError(f"input '{name}' must have shape (M, *{v.shape}), got {shape}")
-            if m is None:
-                m = shape[0]
-            elif shape[0] != m:
-                raise ValueError(f"input '{name}' has {shape[0]} points, others have {m}")
-        return m
-
     def _targets(self, m, out):
         """(results to return, float64 rows the driver fills, steps that finish the results)."""
         results, targets, finish = {}, {}, []
@@ -205,8 +198,6 @@ class CompiledKernel:
                 continue
             if dst is None:
                 dst = np.empty(full)
-            elif dst.shape != full:
-                raise ValueError(f"out['{name}'] must have shape {full}, got {dst.shape}")
             results[name] = dst
             size = max(1, int(np.prod(shape)))
             if dst.dtype == np.float64 and (dst.flags.c_contiguous or strided(dst, m, size, output=True)):

@@ -27,6 +27,7 @@ class LoadedModel:
     manual: dict                # "d{of}_d{wrt}" -> Var (model-level hand-written derivatives)
     param_values: dict          # graph param name -> float64 array (a table's: its spline coefficients)
     tables: dict                # param name -> TableData | Potential (their grids are compiled in)
+    species_guard: Var | None = None    # scalar bool: every runtime species index is valid (lower.py)
 
     @property
     def name(self):
@@ -181,7 +182,7 @@ def build(spec: Model) -> LoadedModel:
             with b.active():
                 v = b.emit("broadcast_to", v, shape=want)
         manual[name] = v
-    return LoadedModel(spec, g, custom, manual, values, tables)
+    return LoadedModel(spec, g, custom, manual, values, tables, lw.species_guard())
 
 
 def _table_env(name, val, g, values):

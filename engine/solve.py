@@ -2,10 +2,13 @@
 RESIDUAL(x) = 0 (x of any static shape, the residual of the same shape).
 
 The kernel runs Newton's method from X0 with the Jacobian adgrad derives from the residual (forward
-mode), unrolled max_iter times with no branch: an iterate that has converged (max|r| <= T max(1,
-max|r(X0)|)) is kept by a select, and the small dense solve is closed-form up to 4x4 and an LU
-factorization above (engine/ir/ops/linalg.py). A point that has not converged after N iterations
-gives NaN, so it counts as non-finite (engine.nan: error names its row).
+mode), unrolled max_iter times with no branch: once a Newton step is small (max|dx| <= T max(1,
+max|x|)) the iterate is kept by a select, and the small dense solve is closed-form up to 4x4 and an
+LU factorization above (engine/ir/ops/linalg.py). Convergence is judged on the final iterate alone,
+never against the start (a residual scaled by r(X0) would accept a far-away iterate after a bad
+start): its Newton step must be small against it, and its residual small against max(1, max|x|)
+times the largest row sum of |J| there. A point that fails gives NaN, so it counts as non-finite
+(engine.nan: error names its row).
 
 Derivatives never go through the iterations: they are seen through `stop`, a constant to
 differentiation. The converged iterate takes one more Newton step (quadratic convergence brings it
@@ -72,18 +75,41 @@ def solve(b, lower, custom, decl, env):
         x = b.emit("stop", lower(decl.init, env) if decl.init is not None else b.const(0.0))
         if x.size > LARGEST:
             raise decl.init.error(f"a solve has at most {LARGEST} unknowns, got shape {x.shape}")
-        r = s.residual(x)
-        limit = b.emit("mul", b.emit("maximum", _max_abs(b, r), 1.0), decl.tol)
-        done = b.emit("le", _max_abs(b, r), limit)
+        done = None
         for _ in range(decl.max_iter):
-            new = b.emit("sub", x, s.step(s.jacobian(x, r), r))
-            x = b.emit("select", done, x, new)
             r = s.residual(x)
-            done = b.emit("or", done, b.emit("le", _max_abs(b, r), limit))
+            dx = s.step(s.jacobian(x, r), r)
+            new = b.emit("sub", x, dx)
+            small = _small(b, dx, new, decl.tol)
+            x, done = (new, small) if done is None else \
+                (b.emit("select", done, x, new), b.emit("or", done, small))
+        r = s.residual(x)
         xs = b.emit("stop", b.emit("sub", x, s.step(s.jacobian(x, r), r)))   # one more step: to round-off
-        frozen = b.emit("stop", s.jacobian(xs, s.residual(xs)))
-        x1 = b.emit("sub", xs, s.step(frozen, s.residual(xs)))
+        rs = s.residual(xs)
+        frozen = b.emit("stop", s.jacobian(xs, rs))
+        converged = _converged(b, x, xs, rs, frozen, decl.tol)
+        x1 = b.emit("sub", xs, s.step(frozen, rs))
         x2 = b.emit("sub", x1, s.step(frozen, s.residual(x1)))
         # times 1, or NaN where not converged: the derivatives are NaN there too (a select's would be 0)
-        return b.emit("mul", x2, b.emit("select", done, 1.0, math.nan))
+        return b.emit("mul", x2, b.emit("select", converged, 1.0, math.nan))
 
+
+def _small(b, dx, x, tol):
+    """max|dx| <= tol * max(1, max|x|): a Newton step that is small against the iterate it leads to."""
+    return b.emit("le", _max_abs(b, dx), b.emit("mul", b.emit("maximum", _max_abs(b, x), 1.0), tol))
+
+
+def _converged(b, x, xs, rs, jac, tol):
+    """Whether the final iterate xs (one Newton step from the last iterate x) is a root, judged on xs
+    alone, never against the start: the step x -> xs is small against xs (_small), and the residual
+    at xs is small against what the residual's linear part can hold there, max(1, max|xs|) times the
+    largest row sum of |J| (a normwise backward error of at most tol). NaN anywhere fails both."""
+    scale = b.emit("mul", b.emit("maximum", _max_abs(b, xs), 1.0), tol)
+    if rs.shape:
+        n = rs.size
+        rows = b.emit("reduce_sum", b.emit("abs", b.emit("reshape", jac, shape=(n, n))), axes=(1,))
+        norm = b.emit("reduce_max", rows, axes=(0,))
+    else:
+        norm = b.emit("abs", jac)
+    residual_ok = b.emit("le", _max_abs(b, rs), b.emit("mul", scale, norm))
+    return b.emit("and", _small(b, b.emit("sub", xs, x), xs, tol), residual_ok)

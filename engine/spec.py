@@ -235,6 +235,9 @@ class _Doc:
             line = text.count("\n", 0, exc.position) + 1
             col = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
             raise SpecError(f"malformed YAML: {exc.reason} (character {exc.character!r})", path, line, col) from None
+        except RecursionError:          # pyyaml composes recursively: thousands of levels exhaust the stack
+            line, col = _too_deep(text)
+            raise SpecError(f"YAML nested more than {MAX_YAML_DEPTH} levels deep", path, line, col) from None
         if self.root is None:
             raise SpecError("the file is empty", path, 1, 1)
         _check_expansion(self, self.root)
@@ -325,6 +328,21 @@ def _check_expansion(doc, root):
         seen.add(id(node))
         stack.append((node, True))
         stack.extend((k, False) for k in _children(node) if id(k) not in seen)
+
+
+def _too_deep(text):
+    """(line, column) where the collections of `text` first nest deeper than MAX_YAML_DEPTH, from pyyaml's
+    token scanner, which (unlike its composer) does not recurse."""
+    depth = 0
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken,
+                              yaml.BlockSequenceStartToken, yaml.BlockMappingStartToken)):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                return token.start_mark.line + 1, token.start_mark.column + 1
+        elif isinstance(token, (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)):
+            depth -= 1
+    return 1, 1
 
 
 def _children(node):
@@ -622,8 +640,17 @@ def _size(value, error):
     return value
 
 
-def load_model_file(path, input_shapes=None, sizes=None):
-    return _model_from_doc(_Doc(path, _read(path)), input_shapes, sizes)
+def load_model_file(path, input_shapes=None, sizes=None, argument_error=None):
+    """The model of a file; input_shapes and sizes replace declared ones. argument_error(message) makes the
+    error for a size or input the model does not declare (default: a SpecError naming the file)."""
+    size_error = None if argument_error is None else \
+        (lambda name, message: argument_error(f"sizes={{{name!r}: ...}}: {message}"))
+    model = _model_from_doc(_Doc(path, _read(path)), input_shapes, sizes, size_error)
+    unknown = [n for n in input_shapes or () if n not in model.inputs]
+    if unknown:
+        message = f"the model has no input {unknown[0]!r} (its inputs: {', '.join(model.inputs)})"
+        raise argument_error(f"input_shapes: {message}") if argument_error else SpecError(message, path)
+    return model
 
 
 # ---- the run config: one function per section ----------------------------------------------------------

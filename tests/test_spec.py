@@ -161,5 +161,5 @@ def test_bad_sizes_in_a_config(tmp_path, sizes, where, phrase):
 def test_an_api_size_the_model_does_not_declare(tmp_path):
     from adgrad.engine import load_model
     (tmp_path / "m.yaml").write_text(SIZED)
-    with pytest.raises(SpecError, match="the model has no size 'K' \\(its sizes: N\\)"):
+    with pytest.raises(ValueError, match="sizes={'K': ...}: the model has no size 'K' \\(its sizes: N\\)"):
         load_model(tmp_path / "m.yaml", sizes={"K": 3})

@@ -356,9 +356,12 @@ def test_three_body_constants_by_species(tmp_path):
           E: p.epsilon[s, 1, s] + p.cut[0, 0, 0]
     """)
     k = api.compile_model(api.load_model(path))
-    E = k.evaluate({"s": np.array([[0.0, 1.0, 2.0, 0.5]])})["E"][0]
-    # species 0 is Y: (Y, X, Y) has epsilon 100; a = 3, sigma = 2: cut 6; invalid indices give NaN
-    assert E[0] == 106.0 and E[1] == 7.0 and np.isnan(E[2]) and np.isnan(E[3])
+    E = k.evaluate({"s": np.array([[0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 2.0, 0.0], [0.0, 1.0, 0.5, 0.0],
+                                   [-1.0, 1.0, 1.0, 0.0]])})["E"]
+    # species 0 is Y: (Y, X, Y) has epsilon 100; a = 3, sigma = 2: cut 6
+    assert E[0].tolist() == [106.0, 7.0, 7.0, 106.0]
+    # an invalid index (2, 0.5, -1) anywhere in a point makes all of that point's results NaN
+    assert np.isnan(E[1:]).all()
 
 
 @njit

@@ -39,6 +39,7 @@ class Lowerer:
         self._outer_env = params_env  # what function bodies see besides their arguments
         self.custom = custom          # Var -> CustomRule, filled as functions with rules are called
         self._stack = []
+        self.species_checks = []      # bool Vars: a runtime species index is valid (see species_guard)
 
     def lower(self, expr: Expr, env: dict) -> Var:
         tree = parse(expr)
@@ -58,6 +59,49 @@ class Lowerer:
                 col, length = span(tree.body, tree.lead)
                 raise expr.error(e.message, col=col, length=length) from None
             raise
+
+    def species_guard(self):
+        """A scalar bool Var: every runtime species index of every table and potential lookup lowered so
+        far is an integer in range (None if there is none). The model's results are NaN where it is
+        False, whatever the expression does with the looked-up value: a comparison such as
+        `r < ts.cut[s, sn, sn]` is False for the NaN an invalid index gives, which would drop the
+        neighbour and give a finite, wrong energy."""
+        if not self.species_checks:
+            return None
+        with self.b.active():
+            alls = []
+            for ok in dict.fromkeys(self.species_checks):     # the same index in several lookups: once
+                if ok.shape:        # a count of the invalid ones: a sum vectorizes, a min does not
+                    ok = self.b.emit("eq", self.b.emit("reduce_sum", self.b.emit("select", ok, 0.0, 1.0),
+                                                       axes=tuple(range(ok.rank))), 0.0)
+                alls.append(ok)
+            guard = alls[0]
+            for ok in alls[1:]:
+                guard = self.b.emit("and", guard, ok)
+        return guard
+
+    def _species(self, node, items, lead, env):
+        """The index Vars of a lookup `T[i, j](x)` into species axes `lead`: a constant index must be an
+        integer in range (else an error here); a runtime one is checked in the kernel (species_guard)
+        by comparing it with each valid value, which is exact and needs no rounding op."""
+        if len(items) != len(lead):             # the lookup reports the wrong count
+            return [self._var(it, env) for it in items]
+        out = []
+        for it, n in zip(items, lead):
+            i = self._var(it, env)
+            c = self.b.const_value(i)
+            if c is not None:
+                if not (c == int(c) and 0 <= c < n):
+                    raise _Fail(it, f"species index {c:g} is out of range: this lookup has {n} species "
+                                    f"(indices 0 to {n - 1})")
+            else:
+                ok = None
+                for k in range(n):
+                    eq = self.b.emit("eq", i, float(k))
+                    ok = eq if ok is None else self.b.emit("or", ok, eq)
+                self.species_checks.append(ok)
+            out.append(i)
+        return out
 
     # ---- helpers -------------------------------------------------------------------------------
     def _as_var(self, node, v):
@@ -181,11 +225,12 @@ class Lowerer:
         owner = node.value.value if isinstance(node.value, ast.Attribute) else None
         if isinstance(owner, ast.Name) and isinstance(env.get(owner.id), TableSet):
             got = env[owner.id].attribute(node.value.attr)
+            items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
             if isinstance(got, float):     # one species: the same model reads it with or without indices
+                self._species(node, items, (1,) * len(items), env)
                 return self.b.const(got)
             if isinstance(got, ConstantTable):
-                items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-                return got.select(self._call(node, env, got.name), [self._var(i, env) for i in items], node)
+                return got.select(self._call(node, env, got.name), self._species(node, items, got.lead, env), node)
         v = self._var(node.value, env)
         items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         if len(items) > v.rank:
@@ -220,7 +265,7 @@ class Lowerer:
             if len(node.args) != 1 or node.keywords:
                 raise _Fail(node, f"table '{table.name}' takes one argument")
             return table.apply(self._call(node, env, table.name), self._var(node.args[0], env),
-                               [self._var(i, env) for i in indices], node)
+                               self._species(node, indices, table.lead, env), node)
         if not isinstance(node.func, ast.Name):
             raise _Fail(node.func, "only named functions can be called")
         name = node.func.id
