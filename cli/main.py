@@ -6,6 +6,7 @@ from adgrad.engine.version import __version__
 from .bench import bench
 from .check import check
 from .explain import explain
+from .export import export
 from .info import info
 from .merge import merge
 from .run import run
@@ -25,3 +26,4 @@ cli.add_command(sample)
 cli.add_command(merge)
 cli.add_command(info)
 cli.add_command(bench)
+cli.add_command(export)

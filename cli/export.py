@@ -1,0 +1,39 @@
+"""`adgrad export MODEL_OR_CONFIG -o DIR`: the compiled model as a native library and a C header."""
+import click
+
+from adgrad.engine.export import CPUS
+
+from .common import load_model_or_config, reports_errors
+
+
+@click.command()
+@click.argument("model_or_config", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "directory", type=click.Path(), required=True,
+              help="Directory to write (made; its parent must exist): lib<NAME>.so, <NAME>.h, adgrad-export.json.")
+@click.option("--name", default=None, help="Library name and prefix of its C symbols (default: the model's name).")
+@click.option("--cpu", type=click.Choice(CPUS), default="x86-64", show_default=True,
+              help="CPU to build for: any x86-64, a microarchitecture level (v3: AVX2 and FMA), or this machine's.")
+@click.option("--mode", type=click.Choice(["auto", "forward", "reverse", "manual"]), default=None,
+              help="Override the mode (default: the config's, else auto).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing export in the directory.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@reports_errors
+def export(model_or_config, directory, name, cpu, mode, overwrite, quiet):
+    """Write the compiled model as a shared library with a C ABI and its header.
+
+    The library holds the same compiled kernel `adgrad run` uses (a config's values and derivatives;
+    for a model file, every output and its gradient with respect to every input) and needs no Python
+    at run time, only libc and libm: results are the same bits as the Python API's. Its C functions
+    (a point call, a batch call over n points with strides and threads, params, metadata) are
+    described in docs/native.md. Needs a C compiler and linker (cc, or $CC).
+
+    \b
+    Example:
+      adgrad export configs/eam.yaml -o build/eam
+      adgrad export configs/models/j2_voce.yaml -o build/j2 --name j2 --cpu host --overwrite
+    """
+    model, config = load_model_or_config(model_or_config)
+    from adgrad.engine.export.build import export_model
+    done = export_model(model, config, directory, mode=mode, name=name, cpu=cpu, overwrite=overwrite)
+    if not quiet:
+        click.echo(f"model '{model.name}' -> {done.library} and {done.header} (cpu {done.cpu}) in {done.seconds:.1f} s")
