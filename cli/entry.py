@@ -1,11 +1,29 @@
-"""The `adgrad` console entry point. Signals are handled from its first instruction, before the
-heavy imports (numba, h5py): SIGTERM or Ctrl-C before a run's chunk loop (which stops at a chunk
-boundary instead) ends the command with one line and exit 1, never with a traceback or a silent -15."""
-import signal
-import sys
-import threading
+"""The `adgrad` console entry point. Signals are handled from its first instruction, before any
+other import: SIGTERM or Ctrl-C before a run's chunk loop (which stops at a chunk boundary instead)
+ends the command with one line and exit 1, never with a traceback or a silent -15.
 
-from adgrad.engine.job.signals import PENDING
+The first handlers come from `_signal`, the C module the interpreter has loaded already (the
+`signal` module builds its enums first, a few milliseconds in which Ctrl-C printed a traceback).
+They only note the signal, so nothing raises inside the imports that follow; main() stops for it
+once they are done. Before this module runs (the interpreter's own start-up, site, the console
+script's first import: about 20 ms) a signal has Python's default effect."""
+import _signal
+
+_EARLY = []         # signals received before main() installed its handlers
+
+
+def _note(signum, frame):
+    _EARLY.append(signum)
+
+
+_signal.signal(_signal.SIGINT, _note)
+_signal.signal(_signal.SIGTERM, _note)
+
+import signal  # noqa: E402  (after the handlers, on purpose)
+import sys  # noqa: E402
+import threading  # noqa: E402
+
+from adgrad.engine.job.signals import PENDING  # noqa: E402
 
 
 class Stopped(KeyboardInterrupt):
@@ -40,23 +58,33 @@ def _unraisable(hook):
 
 
 def main():
-    for s in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(s, _stop)
     sys.unraisablehook = _unraisable(sys.unraisablehook)
     try:
         from . import common
         from .main import cli
         common.HARD_EXIT = True
-        if PENDING:             # a signal whose exception an import callback dropped
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, _stop)
+        PENDING.extend(signal.Signals(s).name for s in _EARLY)
+        if PENDING:             # noted while starting, or a signal whose exception an import callback dropped
             raise Stopped(PENDING[0])
     except KeyboardInterrupt as exc:
-        print(f"error: stopped by {exc or 'SIGINT'} while starting; nothing was written", file=sys.stderr)
-        sys.exit(1)
+        _stopped_while_starting(exc)
     try:
-        cli()
-    finally:        # the command is over and its exit code stands: a late signal must not turn it into -15
-        for s in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(s, signal.SIG_IGN)
+        try:
+            cli()
+        finally:    # the command is over and its exit code stands: a late signal must not turn it into -15
+            for s in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(s, signal.SIG_IGN)
+    except KeyboardInterrupt as exc:    # a signal in the instant between click's exit and the line above:
+        if isinstance(exc.__context__, SystemExit):     # the command had ended, its exit code stands
+            raise exc.__context__ from None
+        _stopped_while_starting(exc)
+
+
+def _stopped_while_starting(exc):
+    print(f"error: stopped by {exc or 'SIGINT'} while starting; nothing was written", file=sys.stderr)
+    sys.exit(1)
 
 
 if __name__ == "__main__":

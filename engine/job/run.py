@@ -17,9 +17,10 @@ import numba
 import numpy as np
 
 from ..compile import compile_model
-from ..errors import DataError, JobError, os_reason
+from ..errors import DataError, JobError
 from ..limits import DEFAULT_CHUNK
 from ..store import guard
+from ..store.atomic import io_errno, io_reason
 from ..store.input import InputReader, input_identity
 from ..store.lock import output_lock
 from ..store.output import OutputFile, staging_path
@@ -97,7 +98,7 @@ def run(config: Config, output=None, shard=None, **options) -> Summary:
     reads = guard.config_files(config)
     guard.check_inputs(reads)
     guard.check_output(out_path, reads, "--resume" if req.resume else "--overwrite")
-    with output_lock(out_path):
+    with output_lock(out_path, "adgrad run"):
         return _locked(config, out_path, part, req, t_start)
 
 
@@ -115,26 +116,23 @@ def _locked(config, out_path, part, req, t_start):
     else:
         target, resuming = out_path, exists and req.resume
     try:
-        summary = _job(config, target, resuming, part, req, t_start)
+        return _job(config, target, resuming, part, req, t_start, out_path if target == stage else None)
     except (Interrupted, JobError) as exc:
         if target == stage:
             raise type(exc)(f"{exc} (writing {stage}; {out_path} keeps its previous results until this "
                             f"run completes)") from None
         raise
-    if target == stage:
-        os.replace(stage, out_path)
-        summary.output = out_path
-    return summary
 
 
-def _job(config, target, resuming, part, req, t_start):
+def _job(config, target, resuming, part, req, t_start, publish):
     with stop_on_signals() as should_stop:
         model, kernel, t_compile = prepare(config)
         shapes = {n: v.shape for n, v in kernel.graph.inputs.items()}
         # model inputs map through input.datasets; a jvp direction or vjp cotangent names its dataset itself
         reader = InputReader(config.input.path, {n: config.input.datasets.get(n, n) for n in shapes}, shapes)
         try:
-            return _run(config, model, kernel, reader, target, resuming, part, req, should_stop, t_start, t_compile)
+            return _run(config, model, kernel, reader, target, resuming, part, req, should_stop, t_start, t_compile,
+                        publish)
         finally:
             reader.close()
 
@@ -150,6 +148,7 @@ def _open(config, model, kernel, reader, out_path, resuming, part, req, should_s
         try:
             chunk = check_resumable(out, attrs, req.chunk)
             plan = Plan(row_start, row_stop - row_start, chunk)
+            out.fits(kernel.output_shapes, kernel.reduced, plan.rows, plan.chunks)
             if not req.trust_input:
                 verify_input(out, reader, plan, list(kernel.graph.inputs), should_stop)
         except (DataError, Interrupted):
@@ -165,7 +164,9 @@ def _open(config, model, kernel, reader, out_path, resuming, part, req, should_s
     return out, Plan(row_start, row_stop - row_start, chunk), threads
 
 
-def _run(config, model, kernel, reader, out_path, resuming, part, req, should_stop, t_start, t_compile):
+def _run(config, model, kernel, reader, out_path, resuming, part, req, should_stop, t_start, t_compile, publish):
+    """The chunks into out_path; once complete, renamed to `publish` if given (an --overwrite run's
+    staged file). Success is reported only if the finished file is still the one at its final path."""
     out, plan, threads = _open(config, model, kernel, reader, out_path, resuming, part, req, should_stop)
     try:
         outcome = stream(kernel, reader, out, plan, config.output.dtype, threads, config.engine.nan == "error",
@@ -177,19 +178,24 @@ def _run(config, model, kernel, reader, out_path, resuming, part, req, should_st
                               f"({done} of {plan.rows} points); {out_path} keeps them and is marked "
                               f"incomplete; resume with: {req.resume_hint}")
         out.finish({"threads": threads, "finished": now()})
+        if publish:
+            os.replace(out_path, publish)
+        out.check_in_place(publish)
     except Interrupted:
         raise
-    except JobError:                    # a non-finite point with engine.nan: error
+    except JobError:                    # a non-finite point with engine.nan: error, or the file replaced
         out.stop({"threads": threads})
         raise
-    except OSError as exc:
-        raise JobError(f"{out_path}: I/O failure ({os_reason(exc)}); the finished chunks are kept and the file "
+    except (OSError, RuntimeError) as exc:      # (h5py raises RuntimeError for some failed metadata writes)
+        if not isinstance(exc, OSError) and io_errno(exc) is None:
+            raise
+        raise JobError(f"{out_path}: I/O failure ({io_reason(exc)}); the finished chunks are kept and the file "
                        f"is marked incomplete; resume with: {req.resume_hint}") from None
     finally:
         out.close()
     timings = {"compile": t_compile, **outcome.timings.as_dict()}
     return Summary(plan.rows, outcome.points, time.perf_counter() - t_start, kernel.modes, out.nan_points,
-                   out_path, threads, timings)
+                   publish or out_path, threads, timings)
 
 
 def _chunk(config, kernel, req):

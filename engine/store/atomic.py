@@ -19,6 +19,24 @@ from ..errors import DataError, JobError, os_reason
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
+def io_errno(exc):
+    """The errno of a failed write: an OSError's, or the one HDF5 names in the text of the RuntimeError
+    h5py raises when a metadata write fails (laying out a large file on a full disk: "... file write
+    failed: ..., errno = 28, error message = ..."); None for anything else."""
+    if isinstance(exc, OSError):
+        return exc.errno or None
+    if isinstance(exc, RuntimeError):
+        m = re.search(r"\berrno = (\d+)", str(exc))
+        return int(m.group(1)) if m else None
+    return None
+
+
+def io_reason(exc):
+    """A failed write's reason in a few words (HDF5's own text runs over lines)."""
+    n = io_errno(exc)
+    return os.strerror(n) if n else os_reason(exc)
+
+
 @contextlib.contextmanager
 def atomic_h5(path, **options):
     """Yield an h5py.File (with h5py.File `options`) opened for writing at a temporary path in `path`'s
@@ -37,17 +55,17 @@ def atomic_h5(path, **options):
         failed = None
         try:
             yield f
-        except OSError as exc:          # the disk or quota is full: reported below, in one line
-            if exc.errno not in NO_SPACE:
+        except (OSError, RuntimeError) as exc:      # the disk, quota or file size limit is full:
+            if io_errno(exc) not in NO_SPACE:       # reported below, in one line
                 raise
             failed = exc
         finally:
             try:
                 f.close()
-            except OSError as exc:      # the last flush: a full disk often shows only here
+            except (OSError, RuntimeError) as exc:  # the last flush: a full disk often shows only here
                 failed = failed or exc
         if failed is not None:         # (another error in the body propagates as it is)
-            raise JobError(f"{path}: cannot write ({os_reason(failed)}); nothing was written") from None
+            raise JobError(f"{path}: cannot write ({io_reason(failed)}); nothing was written") from None
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

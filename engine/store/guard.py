@@ -1,5 +1,5 @@
-"""Never write over what a command reads: the files a run, a sample or a merge reads, and the check that
-an output path is none of them (by device and inode, after following links, so `-o ./sub/../in.h5`,
+"""Never write over what a command reads (or, for merge, what its shards were computed from): the files
+a run, a sample or a merge reads, and the check that an output path is none of them (by device and inode, after following links, so `-o ./sub/../in.h5`,
 a hard link or a symbolic link to the input are all caught), is a regular file or absent, and that
 every input is a regular file (a FIFO would block the reader forever)."""
 from __future__ import annotations
@@ -94,8 +94,8 @@ def check_output(out, files, flag="--overwrite"):
         except OSError:
             continue
         if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
-            raise DataError(f"{out}: the output would replace {what} ({path}), which this command reads; "
-                            f"refused even with {flag}: choose another output path")
+            raise DataError(f"{out}: the output would replace {what} ({path}); refused even with {flag}: "
+                            f"choose another output path")
 
 
 def _kind(mode):

@@ -1,26 +1,35 @@
-"""One writer per output: an advisory lock (fcntl.flock) on a hidden lock file beside the output,
-holding the writer's pid and host, so a second run to the same path is refused and names the first.
+"""One writer per output file: every command that writes one (run, sample, merge, export) holds an
+advisory lock (fcntl.flock) on a hidden lock file beside it from before it decides whether it may
+write the path (exists? --overwrite?) until the file is complete, so a second writer of the same
+path is refused and told who holds it (command, pid and host are in the lock file).
 
-The kernel releases a flock when its holder dies, so the lock of a killed run (kill -9 included) is
-simply taken over. The lock file is removed by its holder; a locker that finds it has locked a file
-already removed (another writer finished in between) locks the new one instead."""
+The lock is named after the path with every symbolic link and `..` resolved, so two spellings of one
+file (`-o ./sub/../out.h5`, a link to it, a linked directory) share one lock. The kernel releases a
+flock when its holder dies, so the lock of a killed writer (kill -9 included) is simply taken over.
+The lock file is removed by its holder; a locker that finds it has locked a file already removed
+(another writer finished in between) locks the new one instead."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import socket
 
-from ..errors import DataError
+from ..errors import DataError, JobError
 
 
 def lock_path(output):
-    d, name = os.path.split(os.path.abspath(output))
+    d, name = os.path.split(os.path.realpath(output))
     return os.path.join(d, f".{name}.lock")
 
 
 @contextlib.contextmanager
-def output_lock(output):
+def output_lock(output, command="adgrad"):
+    """Hold the lock of `output` (a path to write) for the body; `command` (e.g. "adgrad sample") is
+    what a refused second writer is told holds it. DataError if another process holds it or the lock
+    file cannot be made (the output's directory is missing or not writable)."""
+    output = os.fspath(output)
     path = lock_path(output)
     while True:
         try:
@@ -28,8 +37,11 @@ def output_lock(output):
         except OSError as exc:
             d = os.path.dirname(path)
             if not os.path.isdir(d):
-                raise DataError(f"{output}: the output's directory {d} does not exist (or is not a "
-                                f"directory); create it first") from None
+                raise DataError(f"{output}: cannot create output file (No such file or directory): the "
+                                f"directory {os.path.dirname(os.path.abspath(output))} does not exist (or is not "
+                                f"a directory); create it first") from None
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):     # no room for even an empty file
+                raise JobError(f"{output}: cannot write ({exc.strerror}); nothing was written") from None
             raise DataError(f"{output}: cannot create the lock file {path} ({exc.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -42,8 +54,9 @@ def output_lock(output):
             break
         os.close(fd)            # the holder we waited for removed the file: lock the current one
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
+        with contextlib.suppress(OSError):     # (a full disk: the lock holds, only its note is lost)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{command}, pid {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
         yield
     finally:
         with contextlib.suppress(OSError):

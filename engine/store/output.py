@@ -27,7 +27,7 @@ import os
 import h5py
 import numpy as np
 
-from ..errors import DataError
+from ..errors import DataError, JobError
 from ..numeric.exactsum import STATE, ExactSum
 from .atomic import atomic_h5
 from .direct import ALIGN, FILE_OPTIONS, DirectWriter
@@ -63,9 +63,13 @@ class OutputFile:
 
     def __init__(self, path, file):
         self.path, self.file = path, file
-        reduced = file["_adgrad/exact"]
+        self.identity = _identity(file, path)
+        reduced = _check_record(path, file)
         self.per_point = {n: ds for n, ds in file.items() if isinstance(ds, h5py.Dataset) and n not in reduced}
         self.direct = DirectWriter(path, self.per_point)
+        if self.direct.fd is not None and _ident(os.fstat(self.direct.fd)) != self.identity:
+            self.direct.close()
+            raise self._replaced(path)
         self.digests = file["_adgrad"].get("input_digests")     # None in a file of an older adgrad
         commit = file["_adgrad/commit"][...]
         self._slot = int(np.argmax(commit))         # the slot holding the latest commit
@@ -112,8 +116,6 @@ class OutputFile:
         except OSError as exc:
             raise DataError(f"{path}: cannot open the output file for writing ({reason(exc)})") from None
         try:
-            if "_adgrad/commit" not in file:
-                raise DataError(f"{path}: not an adgrad output file that can be resumed (no /_adgrad/commit)")
             return cls(path, file)
         except BaseException:
             file.close()
@@ -138,6 +140,7 @@ class OutputFile:
         (the last of them; default: every write so far) are on the device. Writes reach the file in
         order, so those of earlier chunks are there too."""
         self.direct.wait(None if slot is None else slot.writes)     # the rows first
+        self.check_in_place()
         self.file.flush()
         slot = 1 - self._slot
         self.file["_adgrad/slot_nan"][slot] = nan_points
@@ -155,8 +158,41 @@ class OutputFile:
             self.file["_adgrad/exact"][name][...] = acc.state()
         self.file.flush()
         self.stop(attrs)
+        self.check_in_place()
         self.file.attrs["complete"] = True      # last: nothing half-written is ever marked done
         self.file.flush()
+
+    def fits(self, shapes: dict, reduced, rows: int, chunks: int):
+        """Refuse to resume a file whose datasets or commit record do not fit the run: `shapes` of every
+        result (reduced ones without the point axis), `rows` per dataset, `chunks` in all. Only a
+        damaged or hand-edited file fails this (the run's attributes matched already)."""
+        have = {n: (ds.shape, n in self.sums) for n, ds in self.file.items() if isinstance(ds, h5py.Dataset)}
+        want = {n: ((tuple(s) if n in reduced else (rows,) + tuple(s)), n in reduced) for n, s in shapes.items()}
+        if have != want:
+            raise DataError(f"{self.path}: cannot resume: the file's datasets {_layout(have)} are not the run's "
+                            f"{_layout(want)} (a damaged or edited file); pass --overwrite to start again")
+        if self.digests is not None and self.digests.shape[0] != chunks or self.done > chunks:
+            count = self.done if self.done > chunks else self.digests.shape[0]
+            raise DataError(f"{self.path}: cannot resume: its commit record counts {count} chunks, but the run has "
+                            f"{chunks} (a damaged or edited file); pass --overwrite to start again")
+
+    def check_in_place(self, path=None):
+        """The file being written is still the one at `path` (default: its own path). Every adgrad writer
+        holds the output's lock, so only another program can have removed or replaced it; the rows
+        written since would have gone to a file nobody can read, so the run must not end well."""
+        path = path or self.path
+        try:
+            now = _ident(os.stat(path))
+        except FileNotFoundError:
+            now = None
+        if now != self.identity:
+            raise self._replaced(path)
+
+    @staticmethod
+    def _replaced(path):
+        return JobError(f"{path}: the output file was removed or replaced by another program while this run "
+                        f"wrote it, so its rows are lost; nothing else may write an output while adgrad does: "
+                        f"run again")
 
     def stop(self, attrs: dict):
         """Bring the root attributes up to date with the last commit (the file stays incomplete)."""
@@ -166,3 +202,65 @@ class OutputFile:
     def close(self):
         self.direct.close()
         self.file.close()
+
+
+def _ident(st):
+    return st.st_dev, st.st_ino
+
+
+def _identity(file, path):
+    """(device, inode) of the file h5py has open: from its descriptor where h5py has one (sec2, the
+    default driver), else from the path just opened."""
+    if file.driver == "sec2":
+        return _ident(os.fstat(file.id.get_vfd_handle()))
+    return _ident(os.stat(path))
+
+
+def _layout(datasets):
+    return "{" + ", ".join(f"{n} {s}" + (" summed" if r else "") for n, (s, r) in sorted(datasets.items())) + "}"
+
+
+def _check_record(path, file):
+    """The names of the reduced results, once /_adgrad is known to be sound (record_problem)."""
+    problem = record_problem(file)
+    if problem:
+        raise DataError(f"{path}: not an adgrad output file that can be resumed ({problem}); pass --overwrite to "
+                        f"start again")
+    return list(file["_adgrad/exact"])
+
+
+def record_problem(file):
+    """What is wrong with an output file's /_adgrad (the commit record and the exact sums' slots), or
+    None: checked before it is read, so that reading cannot fail half-way (an IndexError on a commit
+    count past the end, say), and so that `adgrad info` does not report a damaged count."""
+    def dataset(name, shape):
+        ds = file.get(name)
+        if not isinstance(ds, h5py.Dataset):
+            return f"no /{name}"
+        if ds.shape != shape or ds.dtype.kind not in "iu":
+            return f"/{name} is {ds.dtype} {ds.shape}, expected integers of shape {shape}"
+        return None
+    problem = dataset("_adgrad/commit", (2,)) or dataset("_adgrad/slot_nan", (2,))
+    if problem:
+        return problem
+    if file["_adgrad/commit"][...].min() < 0 or file["_adgrad/slot_nan"][...].min() < 0:
+        return "/_adgrad/commit or /_adgrad/slot_nan holds a negative count"
+    digests = file.get("_adgrad/input_digests")
+    if digests is not None and (not isinstance(digests, h5py.Dataset) or digests.ndim != 2
+                                or digests.dtype != np.uint64):
+        return "/_adgrad/input_digests is not a uint64 (chunks, inputs) dataset"
+    if digests is not None and int(file["_adgrad/commit"][...].max()) > digests.shape[0]:
+        return (f"/_adgrad/commit counts {int(file['_adgrad/commit'][...].max())} chunks done, but the file has "
+                f"{digests.shape[0]}")
+    for group in ("_adgrad/exact", "_adgrad/slots"):
+        if not isinstance(file.get(group), h5py.Group):
+            return f"no group /{group}"
+    for name in file["_adgrad/exact"]:
+        ds = file.get(name)
+        if not isinstance(ds, h5py.Dataset):
+            return f"/_adgrad/exact/{name} sums a dataset /{name} that the file does not have"
+        problem = dataset(f"_adgrad/exact/{name}", ds.shape + (STATE,)) or \
+            dataset(f"_adgrad/slots/{name}", (2,) + ds.shape + (STATE,))
+        if problem:
+            return problem
+    return None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import h5py
 
 from ..errors import DataError
+from ..store.output import record_problem
 from .merge import EXACT, open_adgrad
 
 
@@ -18,21 +19,27 @@ from .merge import EXACT, open_adgrad
 class Report:
     lines: list
     missing_sources: list = field(default_factory=list)     # (dataset, source file, rows)
+    damaged: str | None = None          # what is wrong with the commit record of an incomplete output
 
 
 def describe(path, text=True) -> Report:
     """The summary of an adgrad file; raises DataError for a missing, unreadable or foreign file."""
     with open_adgrad(path) as f:
         a = dict(f.attrs)
-        if not a.get("complete", True) and "_adgrad/commit" in f:
-            # after kill -9 the root attributes lag; the commit record (engine/h5/io.py) does not
-            a["chunks_done"] = int(f["_adgrad/commit"][...].max())
+        damaged = None
+        if not a.get("complete", True) and "_adgrad" in f:
+            # after kill -9 the root attributes lag; the commit record (engine/store/output.py) does not
+            damaged = record_problem(f)
+            if damaged is None:
+                a["chunks_done"] = int(f["_adgrad/commit"][...].max())
         try:
             lines = [f"{path}: {_kind(a)}", *_status(a), *_provenance(a)]
         except (KeyError, ValueError, TypeError) as exc:     # json.JSONDecodeError is a ValueError
             raise DataError(f"{path}: not a well-formed adgrad file (its root attributes: "
                             f"{type(exc).__name__}: {exc})") from None
-        report = Report(lines)
+        report = Report(lines, damaged=damaged)
+        if damaged:
+            lines.append(f"  DAMAGED   the commit record: {damaged} (--resume refuses the file)")
         lines.append("datasets:")
         lines += _datasets(f, os.path.dirname(os.path.abspath(path)), report)
         if text:

@@ -16,10 +16,14 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
+# before exactsum: numba's cache of its helpers goes to adgrad's cache directory only if load.py's
+# locator is in place when they are decorated
+from ..codegen import load as _compile_cache  # noqa: F401
 from ..errors import DataError
 from ..numeric.exactsum import ExactSum
 from ..store import guard
 from ..store.atomic import atomic_h5
+from ..store.lock import output_lock
 
 EXACT = "_adgrad/exact"
 SHARD_ATTRS = ("shard", "row_start", "row_stop", "input_points")
@@ -162,9 +166,29 @@ def merge(out, paths, copy=False, overwrite=False) -> Merged:
     reads = [(os.fspath(p), "one of the shards") for p in paths]
     guard.check_inputs(reads)
     guard.check_output(out, reads + [v for p in paths for v in guard.virtual_sources(os.fspath(p))])
-    if os.path.exists(out) and not overwrite:
-        raise DataError(f"{out}: output file exists; pass --overwrite to replace it")
     shards = check_set([read_shard(os.fspath(p)) for p in paths])
+    guard.check_output(out, recorded_inputs(shards))
+    with output_lock(out, "adgrad merge"):
+        if os.path.exists(out) and not overwrite:
+            raise DataError(f"{out}: output file exists; pass --overwrite to replace it")
+        return _write(out, shards, copy)
+
+
+def recorded_inputs(shards):
+    """(path, what) of the point cloud the shards were computed from (each records it in `input_path`),
+    and of the sources of its virtual datasets, if it is a merged file itself: what merge must not
+    write over, though it never reads them."""
+    out = []
+    for path in dict.fromkeys(str(s.attrs["input_path"]) for s in shards if "input_path" in s.attrs):
+        out.append((path, "the input file the shards were computed from"))
+        try:
+            out += guard.virtual_sources(path)
+        except DataError:
+            pass                # one of its sources is gone: nothing there to protect
+    return out
+
+
+def _write(out, shards, copy):
     first = shards[0]
     m = int(first.attrs["input_points"])
     out_dir = os.path.dirname(os.path.abspath(out))

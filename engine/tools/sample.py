@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import DataError, SpecError
 from ..store import guard
 from ..store.atomic import atomic_h5
+from ..store.lock import output_lock
 from ..model import build
 from ..spec import Config, Model
 from ..version import __version__
@@ -124,7 +125,8 @@ class Sampler:
 
 def write(path, cols, points: int, seed: int = 0, chunk: int = 65536, overwrite=False,
           model: Model | None = None, config: Config | None = None) -> None:
-    """Write `points` rows of every column to a new HDF5 file, `chunk` rows at a time, atomically."""
+    """Write `points` rows of every column to a new HDF5 file, `chunk` rows at a time, atomically, as the
+    one writer of `path` (its output lock)."""
     # what sample reads: the config and the model with its param files (not the config's input, which
     # sample may well be asked to write)
     reads = ([] if config is None else [(config.path, "the config file"),
@@ -135,8 +137,13 @@ def write(path, cols, points: int, seed: int = 0, chunk: int = 65536, overwrite=
         raise DataError(f"-n {points}: {points} points of {row_bytes} bytes each are more than an HDF5 file can "
                         f"hold (2**63 bytes)")
     guard.check_output(path, reads)
-    if os.path.exists(path) and not overwrite:
-        raise DataError(f"{path}: output file exists; pass --overwrite to replace it")
+    with output_lock(path, "adgrad sample"):
+        if os.path.exists(path) and not overwrite:
+            raise DataError(f"{path}: output file exists; pass --overwrite to replace it")
+        _write(path, cols, points, seed, chunk, model, config)
+
+
+def _write(path, cols, points, seed, chunk, model, config):
     attrs = {
         "adgrad_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
