@@ -26,8 +26,10 @@ class SpecError(AdgradError):
 
     def __str__(self):
         where = ""
-        if self.path is not None:
-            where = f"{self.path}:{self.line}:{self.col}: " if self.line else f"{self.path}: "
+        if self.path is not None:       # path:line:col:, or as much of it as is known (never "None")
+            where = f"{self.path}:{self.line}: " if self.line else f"{self.path}: "
+            if self.line and self.col is not None:
+                where = f"{self.path}:{self.line}:{self.col}: "
         text = f"{where}{self.message}"
         if self.expr is not None:
             text += f"\n    {self.expr}"

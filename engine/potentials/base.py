@@ -1,11 +1,28 @@
-"""The result of reading a potential file, and a reader of LAMMPS's text formats."""
+"""The result of reading a potential file, and the reader every format shares: one contract for the
+numbers of a LAMMPS potential file.
+
+Numbers are written as LAMMPS's tokenizer reads them (utils::is_double: decimal digits, an optional
+point and exponent; no inf, nan or digit separators) and must be finite; counts are integers as
+LAMMPS writes them (utils::is_integer). Every error names the file, the line and the column of the
+offending token (of the end of the file when it ends too early).
+"""
 from __future__ import annotations
 
+import math
+import os
+import re
+import stat
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import SpecError
+from ..limits import MAX_ELEMENTS
+
+_NUM = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"     # one way to match: no backtracking
+NUMBER = re.compile(_NUM)
+INTEGER = re.compile(r"[+-]?[0-9]+")
+_WORD = re.compile(r"\S+")
 
 
 @dataclass(frozen=True)
@@ -18,66 +35,162 @@ class Potential:
     constants: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Token:
+    """A whitespace-separated word of a file, at its 1-based line and column."""
+    text: str
+    line: int
+    col: int
+
+
 class TextReader:
-    """Lines and whitespace-separated numbers of a potential file, with line numbers for errors.
-    `numbers(n)` reads across lines as LAMMPS does; numbers left on a line carry over to the next call."""
+    """The lines of a potential file, read as LAMMPS's TextFileReader reads them: `skip` takes raw
+    lines (the comment lines of a header); `values` and `numbers` skip blank lines and drop what
+    follows a '#'. Every reading method raises a SpecError at the token (or the end of the file)."""
 
     def __init__(self, path):
         self.path = str(path)
         try:
+            if not stat.S_ISREG(os.stat(path).st_mode):     # a FIFO would block, a device never end
+                raise SpecError("a potential file must be a regular file", self.path)
             with open(path, encoding="utf-8", errors="replace") as f:
                 self.lines = f.read().splitlines()
         except OSError as exc:
             raise SpecError(f"cannot read potential file: {exc.strerror}", self.path) from None
         self.at = 0                 # index of the next line
-        self.pending = []           # numbers left from the last line read by numbers()
 
-    def error(self, message, line=None):
-        return SpecError(message, self.path, line if line is not None else max(self.at, 1))
+    # ---- locations ----------------------------------------------------------------------------------
+    def error(self, message, at=None):
+        """A SpecError at a Token, at (line, col), or at the end of the file (None)."""
+        if at is None:
+            at = self.end_position()
+        elif isinstance(at, Token):
+            at = (at.line, at.col)
+        return SpecError(message, self.path, *at)
 
-    def line(self, what):
-        """The tokens of the next line."""
-        if self.at >= len(self.lines):
-            raise self.error(f"the file ends before {what}", len(self.lines))
-        self.at += 1
-        self.pending = []
-        return self.lines[self.at - 1].split()
+    def end_position(self):
+        """(line, col) just past the last character of the file."""
+        if not self.lines:
+            return 1, 1
+        return len(self.lines), len(self.lines[-1]) + 1
 
-    def skip(self, n):
+    def words(self, index):
+        """The Tokens of line `index` (0-based), without its comment."""
+        text = self.lines[index].split("#", 1)[0]
+        return [Token(m.group(), index + 1, m.start() + 1) for m in _WORD.finditer(text)]
+
+    # ---- reading ------------------------------------------------------------------------------------
+    def skip(self, n, what):
+        """Skip n raw lines (comments)."""
         for _ in range(n):
-            self.line("the header")
+            if self.at >= len(self.lines):
+                raise self.error(f"the file ends before {what}")
+            self.at += 1
 
-    def numbers(self, n, what):
-        out = self.pending[:n]
-        self.pending = self.pending[n:]
+    def values(self, n, what):
+        """The Tokens of the next non-blank line, joined with the lines after it until there are at
+        least n (LAMMPS's next_values)."""
+        out = []
         while len(out) < n:
             if self.at >= len(self.lines):
-                raise self.error(f"the file ends in {what}: {len(out)} of {n} numbers read", len(self.lines))
+                raise self.error(f"the file ends in {what}: {len(out)} of {n} values read")
+            out += self.words(self.at)
             self.at += 1
-            tokens = self.lines[self.at - 1].split()
-            try:
-                vals = [float(t) for t in tokens]
+        return out
+
+    def numbers(self, n, what):
+        """The next n numbers (LAMMPS's next_dvector), across lines. The last line must end with the
+        n-th number: LAMMPS drops what follows it on the line, so a number there is a misaligned
+        table, not something to ignore."""
+        out, lines = [], []          # lines: (index, how many numbers came before it), to locate a bad one
+        while len(out) < n:
+            if self.at >= len(self.lines):
+                raise self.error(f"the file ends in {what}: {len(out):,} of {n:,} numbers read")
+            text = self.lines[self.at].split("#", 1)[0]
+            self.at += 1
+            parts = text.split()
+            lines.append((self.at - 1, len(out)))
+            try:    # float() reads every number LAMMPS does, and more: inf, nan (not finite), 1_0, non-ASCII digits
+                out += map(float, parts[:n - len(out)])
+                ok = "_" not in text and text.isascii() or all(map(NUMBER.fullmatch, parts))
             except ValueError:
-                bad = next(t for t in tokens if not _is_number(t))
-                raise self.error(f"{what}: '{bad}' is not a number") from None
-            take = n - len(out)
-            out += vals[:take]
-            self.pending = vals[take:]
-        return np.array(out, dtype=np.float64)
+                ok = False
+            if not ok:
+                self.number(next(t for t in self.words(self.at - 1) if not NUMBER.fullmatch(t.text)), what)
+            if len(out) == n and len(parts) > n - lines[-1][1]:
+                extra = self.words(self.at - 1)[n - lines[-1][1]]
+                raise self.error(f"{what} ends after {n:,} numbers, but its last line goes on with '{extra.text}' "
+                                 f"(LAMMPS would ignore it; each table starts on a new line)", extra)
+        values = np.array(out, dtype=np.float64)
+        finite = np.isfinite(values)
+        if not finite.all():
+            k = int(np.argmin(finite))
+            index, before = next((i, b) for i, b in reversed(lines) if b <= k)
+            self.number(self.words(index)[k - before], what)
+        return values
 
-    def header(self, tokens, types, what):
-        """The first len(types) tokens of a line converted by `types`, with a clear error."""
-        if len(tokens) < len(types):
-            raise self.error(f"{what}: expected {len(types)} values, got {len(tokens)}")
-        try:
-            return [t(tok) for t, tok in zip(types, tokens)]
-        except ValueError:
-            raise self.error(f"{what}: cannot read '{' '.join(tokens)}'") from None
+    def finish(self, what):
+        """Nothing but blank lines and comments may follow the last table."""
+        while self.at < len(self.lines):
+            words = self.words(self.at)
+            self.at += 1
+            if words:
+                raise self.error(f"the file goes on after {what}, its last table, with '{words[0].text}' "
+                                 f"(a count in the header may be wrong)", words[0])
+
+    # ---- checked values of one token ------------------------------------------------------------------
+    def number(self, tok, what):
+        """The finite float a Token holds."""
+        if not NUMBER.fullmatch(tok.text):
+            if not math.isfinite(_float(tok.text)):      # inf, nan, infinity; not 1_0, which is no number at all
+                raise self.error(f"{what}: '{tok.text}' is not a finite number", tok)
+            raise self.error(f"{what}: '{tok.text}' is not a number", tok)
+        v = float(tok.text)
+        if not math.isfinite(v):
+            raise self.error(f"{what}: '{tok.text}' is not a finite number (it overflows)", tok)
+        return v
+
+    def integer(self, tok, what):
+        """The integer a Token holds, written as one (LAMMPS refuses '1e3' and '5.0' as counts)."""
+        if not INTEGER.fullmatch(tok.text):
+            raise self.error(f"{what} must be an integer, got '{tok.text}'", tok)
+        if len(tok.text.lstrip("+-").lstrip("0")) > 18:     # int() refuses 4,300 digits; no count needs 19
+            return -10 ** 19 if tok.text.startswith("-") else 10 ** 19
+        return int(tok.text)
+
+    def count(self, tok, what, least=1, why=""):
+        """A count: a positive integer, at least `least` (the nodes a table needs; `why` says why if
+        that is not obvious), at most the limit of a param's elements."""
+        n = self.integer(tok, what)
+        if n < 1:
+            raise self.error(f"{what} must be a positive integer, got '{tok.text}'", tok)
+        if n < least:
+            raise self.error(f"{what} is {n}, but a table needs at least {least} points{why}", tok)
+        if n > MAX_ELEMENTS:
+            shown = tok.text if len(tok.text) <= 20 else f"{tok.text[:12]}... ({len(tok.text):,} digits)"
+            raise self.error(f"{what} is {shown}, more than the limit of {MAX_ELEMENTS:,} elements of a param", tok)
+        return n
+
+    def positive(self, tok, what):
+        """A positive finite number whose reciprocal is finite too (a grid spacing, a cutoff)."""
+        v = self.number(tok, what)
+        if not v > 0:
+            raise self.error(f"{what} must be positive, got {tok.text}", tok)
+        if not math.isfinite(1.0 / v):
+            raise self.error(f"{what} is too small to divide by, got {tok.text}", tok)
+        return v
 
 
-def _is_number(t):
+def one_file(files, fmt):
+    """The one file of a format that takes one (a ValueError: the model's param is wrong, not a file)."""
+    if len(files) != 1:
+        raise ValueError(f"a {fmt} potential is one file, got {len(files)}")
+    return files[0]
+
+
+def _float(text):
+    """float(text), or 0.0 where it is no float."""
     try:
-        float(t)
-        return True
+        return float(text)
     except ValueError:
-        return False
+        return 0.0

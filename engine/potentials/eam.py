@@ -10,13 +10,15 @@ F is extended linearly above rhomax (pair_eam's compute); the r tables hold thei
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..limits import MAX_ELEMENTS
 from ..numeric.tables import MIN_NODES, TableData
-from .base import Potential, TextReader
+from .base import Potential, TextReader, one_file
 
 ZR_TO_PHI = 27.2 * 0.529     # Hartree * Bohr in eV * Angstrom: r*phi = 27.2*0.529 Z_i Z_j (funcfl)
 
@@ -30,14 +32,38 @@ class _Grid:
     cut: float
 
 
-def _grid(rd, what):
-    nrho, drho, nr, dr, cut = rd.header(rd.line(what), (int, float, int, float, float), what)
-    for name, n in (("Nrho", nrho), ("Nr", nr)):
-        if n < MIN_NODES:
-            raise rd.error(f"{what}: {name} = {n}, but a table needs at least {MIN_NODES} points")
-    if not (drho > 0 and dr > 0 and cut > 0):
-        raise rd.error(f"{what}: drho, dr and the cutoff must be positive, got {drho}, {dr}, {cut}")
+GRID = "Nrho, drho, Nr, dr, cutoff"
+
+
+def _grid(rd, species, least=MIN_NODES, why=""):
+    """The grid line: Nrho drho Nr dr cutoff, checked before any table is read. The `species` tables
+    of rho and the species^2 of r are one param each: within the limit of a param's elements."""
+    what = f"the grid line ({GRID})"
+    toks = rd.values(5, what)
+    if len(toks) > 5:       # an eam/he file's sixth value (rhomax) would change F: never drop a value
+        raise rd.error(f"{what}: 5 values, but the line goes on with '{toks[5].text}'", toks[5])
+    nrho = rd.count(toks[0], "Nrho", least, why)
+    drho = rd.positive(toks[1], "drho")
+    nr = rd.count(toks[2], "Nr", least, why)
+    dr = rd.positive(toks[3], "dr")
+    cut = rd.positive(toks[4], "the cutoff")
+    for n, d, tok, names in ((nrho, drho, toks[1], ("Nrho", "drho")), (nr, dr, toks[3], ("Nr", "dr"))):
+        if not math.isfinite((n - 1) * d):
+            raise rd.error(f"{names[1]} = {tok.text} makes the grid's end ({names[0]} - 1) * {names[1]} overflow", tok)
+    for tables, n, tok, name in ((species, nrho, toks[0], "Nrho"), (species * species, nr, toks[2], "Nr")):
+        if tables * n > MAX_ELEMENTS:
+            raise rd.error(f"{name} = {n:,} points in each of {tables:,} tables ({species} elements) make "
+                           f"{tables * n:,} values, more than the limit of {MAX_ELEMENTS:,} elements of a param", tok)
     return _Grid(nrho, drho, nr, dr, cut)
+
+
+def _element(rd, what):
+    """A line 'atomic-number mass ...' (the rest, lattice constant and structure, is not read)."""
+    toks = rd.values(2, f"the {what} line")
+    rd.integer(toks[0], f"the atomic number of {what}")
+    mass = rd.number(toks[1], f"the mass of {what}")
+    if not mass > 0:
+        raise rd.error(f"the mass of {what} must be positive, got {toks[1].text}", toks[1])
 
 
 def _tables(F, rho, z2r, grid, rhomax, elements, fmt):
@@ -57,12 +83,13 @@ def read_funcfl(files, elements=None):
     parsed = []
     for path in files:
         rd = TextReader(path)
-        rd.skip(1)
-        rd.header(rd.line("the atomic number and mass (line 2)"), (float, float), "line 2 (atomic number, mass)")
-        g = _grid(rd, "line 3 (Nrho, drho, Nr, dr, cutoff)")
+        rd.skip(1, "line 2 (atomic number, mass)")
+        _element(rd, "element")
+        g = _grid(rd, len(files), MIN_NODES + 1, " (pair_eam resamples a funcfl file onto one point fewer)")
         F = rd.numbers(g.nrho, "F(rho)")
         Z = rd.numbers(g.nr, "Z(r)")
         rho = rd.numbers(g.nr, "rho(r)")
+        rd.finish("rho(r)")
         parsed.append((g, F, Z, rho))
     # PairEAM::file2array: one grid for all files, at the largest spacings, up to the largest extent
     dr = max(g.dr for g, *_ in parsed)
@@ -99,16 +126,25 @@ def _resample(f, fdx, n, dx):
 # ---- setfl and fs: several elements on one grid ----------------------------------------------------
 def _multi(path, fs, elements):
     rd = TextReader(path)
-    rd.skip(3)
-    tokens = rd.line("the element line (line 4)")
-    (count,) = rd.header(tokens, (int,), "line 4 (number of elements, then their names)")
-    names = tokens[1:1 + count]
-    if count < 1 or len(names) != count:
-        raise rd.error(f"line 4: {count} elements announced, {len(names)} named")
-    g = _grid(rd, "line 5 (Nrho, drho, Nr, dr, cutoff)")
+    rd.skip(3, "line 4 (the number of elements, then their names)")
+    toks = rd.values(1, "the element line")
+    count = rd.count(toks[0], "the number of elements")
+    names = [t.text for t in toks[1:]]
+    if len(names) != count:     # at the count, or at the first name too many
+        raise rd.error(f"{count} elements announced, {len(names)} named", toks[0 if len(names) < count else count + 1])
+    for i, t in enumerate(toks[1:]):
+        if t.text in names[:i]:
+            raise rd.error(f"element '{t.text}' is named twice", t)
+    elements = tuple(elements) if elements is not None else tuple(names)
+    if not elements:
+        raise ValueError("elements: an empty list selects no element")
+    for e in elements:
+        if e not in names:
+            raise rd.error(f"element '{e}' is not in this file (it has {', '.join(names)})", toks[1])
+    g = _grid(rd, len(elements))
     F, rho = [], []
     for name in names:
-        rd.header(rd.line(f"the header of element {name}"), (float, float), f"the header line of element {name}")
+        _element(rd, f"element {name}")
         F.append(rd.numbers(g.nrho, f"F(rho) of {name}"))
         if fs:
             rho.append([rd.numbers(g.nr, f"rho(r) of {name} with {other}") for other in names])
@@ -118,10 +154,7 @@ def _multi(path, fs, elements):
     for i in range(count):
         for j in range(i + 1):
             z2r[i, j] = z2r[j, i] = rd.numbers(g.nr, f"r*phi(r) of {names[i]}-{names[j]}")
-    elements = tuple(elements) if elements is not None else tuple(names)
-    for e in elements:
-        if e not in names:
-            raise rd.error(f"element '{e}' is not in this file (it has {', '.join(names)})", 4)
+    rd.finish(f"r*phi(r) of {names[-1]}-{names[-1]}")
     idx = [names.index(e) for e in elements]
     S = len(idx)
     F = np.stack([F[i] for i in idx])
@@ -134,15 +167,9 @@ def _multi(path, fs, elements):
 
 
 def read_setfl(files, elements=None):
-    return _multi(_one(files, "eam/alloy"), False, elements)
+    return _multi(one_file(files, "eam/alloy"), False, elements)
 
 
 def read_fs(files, elements=None):
-    return _multi(_one(files, "eam/fs"), True, elements)
-
-
-def _one(files, fmt):
-    if len(files) != 1:
-        raise ValueError(f"a {fmt} potential is one file, got {len(files)}")
-    return files[0]
+    return _multi(one_file(files, "eam/fs"), True, elements)
 

@@ -9,87 +9,114 @@ angular factor (i, j, k); Tersoff's pair terms and b_ij use (i, j, j), the terms
 """
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 
-from .base import Potential, TextReader
+from ..limits import MAX_ELEMENTS
+from .base import Potential, TextReader, one_file
 
 SW = ("epsilon", "sigma", "a", "lam", "gamma", "costheta0", "A", "B", "p", "q", "tol")    # lam: LAMMPS's lambda
 TERSOFF = ("m", "gamma", "lam3", "c", "d", "h", "n", "beta", "lam2", "B", "R", "D", "lam1", "A")
+# What LAMMPS's read_file refuses as "Illegal Stillinger-Weber parameter" / "Illegal Tersoff parameter"
+NONNEGATIVE = {"Stillinger-Weber": {"epsilon", "sigma", "a", "lam", "gamma", "A", "B", "p", "q", "tol"},
+               "Tersoff": {"c", "d", "n", "beta", "lam2", "B", "R", "D", "lam1", "A", "gamma"}}
+CUTOFF = {"Stillinger-Weber": ("a", "sigma"), "Tersoff": ("R", "D")}      # cut = a * sigma, resp. R + D
+MAX_SPECIES = round(MAX_ELEMENTS ** (1 / 3))        # S^3 triplets of S elements are one param
 
 
-def _entries(path, names, fmt):
-    """(line, (e1, e2, e3), values) for every entry; entries may continue over lines, '#' comments."""
-    rd = TextReader(path)
-    out, words, first = [], [], None
-    for number, line in enumerate(rd.lines, start=1):
-        tokens = line.split("#", 1)[0].split()
-        if not tokens:
+def _entries(rd, names, fmt):
+    """The Tokens of every entry: 3 elements, then the values of `names`; entries may continue over
+    lines (LAMMPS joins lines until it has them all), '#' starts a comment."""
+    n, words = 3 + len(names), []
+    for i in range(len(rd.lines)):
+        words += rd.words(i)
+        if len(words) < n:
             continue
-        first = first or number
-        words += tokens
-        if len(words) < 3 + len(names):
-            continue
-        if len(words) > 3 + len(names):
-            raise rd.error(f"a {fmt} entry has {3 + len(names)} words (3 elements, then "
-                           f"{', '.join(names)}); this one has {len(words)}", first)
-        try:
-            values = [float(w) for w in words[3:]]
-        except ValueError:
-            bad = next(w for w in words[3:] if not _number(w))
-            raise rd.error(f"'{bad}' is not a number", first) from None
-        out.append((first, tuple(words[:3]), values))
-        words, first = [], None
+        if len(words) > n:
+            raise rd.error(f"a {fmt} entry has {n} words (3 elements, then {', '.join(names)}); "
+                           f"this one has {len(words)}", words[0])
+        yield words
+        words = []
     if words:
-        raise rd.error(f"the file ends inside an entry ({len(words)} of {3 + len(names)} words)", first)
-    if not out:
-        raise rd.error(f"no {fmt} entries in the file", 1)
-    return rd, out
+        raise rd.error(f"the file ends inside an entry ({len(words)} of {n} words)", words[0])
 
 
-def _number(w):
-    try:
-        float(w)
-        return True
-    except ValueError:
-        return False
+def _check(rd, entry, names, fmt):
+    """Every value a finite number, and what LAMMPS's read_file refuses refused with its reason."""
+    trip = " ".join(t.text for t in entry[:3])
+    toks = dict(zip(names, entry[3:]))
+    v = {name: rd.number(tok, f"the {fmt} parameter {name} of {trip}") for name, tok in toks.items()}
+    for name in names:
+        if name in NONNEGATIVE[fmt] and v[name] < 0:
+            raise rd.error(f"the {fmt} parameter {name} of {trip} must not be negative, got {toks[name].text} "
+                           f"(LAMMPS: Illegal {fmt} parameter)", toks[name])
+    if fmt == "Tersoff":
+        if v["D"] > v["R"]:
+            raise rd.error(f"the Tersoff parameter D of {trip} must not exceed R = {toks['R'].text}, got "
+                           f"{toks['D'].text} (LAMMPS: Illegal Tersoff parameter)", toks["D"])
+        if v["m"] not in (1.0, 3.0):
+            raise rd.error(f"the Tersoff parameter m of {trip} must be 1 or 3, got {toks['m'].text} "
+                           f"(LAMMPS: Illegal Tersoff parameter)", toks["m"])
+        cut = v["R"] + v["D"]
+    else:
+        cut = v["a"] * v["sigma"]
+    if not math.isfinite(cut * cut):
+        x, y = CUTOFF[fmt]
+        raise rd.error(f"the cutoff of {trip} overflows: its square, from {x} = {toks[x].text} and "
+                       f"{y} = {toks[y].text}, is not finite", toks[x])
 
 
 def _arrays(path, names, fmt, elements):
-    rd, entries = _entries(path, names, fmt)
-    found = list(dict.fromkeys(e for _, trip, _ in entries for e in trip))
-    elements = tuple(elements) if elements is not None else tuple(found)
+    rd = TextReader(path)
+    first = {}                      # element -> the Token that names it first
+    for entry in _entries(rd, names, fmt):
+        _check(rd, entry, names, fmt)
+        for t in entry[:3]:
+            first.setdefault(t.text, t)
+    if not first:
+        raise rd.error(f"no {fmt} entries in the file", (1, 1))
+    elements = tuple(elements) if elements is not None else tuple(first)
+    if not elements:
+        raise ValueError("elements: an empty list selects no element")
     for e in elements:
-        if e not in found:
-            raise rd.error(f"element '{e}' is not in this file (it has {', '.join(found)})", 1)
+        if e not in first:
+            raise rd.error(f"element '{e}' is not in this file (it has {', '.join(first)})", (1, 1))
     S = len(elements)
+    if S > MAX_SPECIES:
+        raise rd.error(f"{S} elements make {S ** 3:,} triplets, more than the limit of {MAX_ELEMENTS:,} elements "
+                       f"of a param", first[elements[MAX_SPECIES]])
+    species = {e: [s for s, f in enumerate(elements) if f == e] for e in set(elements)}   # an element may repeat
     arrays = {n: np.full((S, S, S), np.nan) for n in names}
-    seen = {}
-    for line, trip, values in entries:
-        if not all(e in elements for e in trip):
+    line = np.zeros((S, S, S), dtype=np.int64)      # the line of each triplet's entry; 0: none yet
+    for entry in _entries(rd, names, fmt):
+        trip = [t.text for t in entry[:3]]
+        if not all(e in species for e in trip):
             continue
-        idx = tuple(elements.index(e) for e in trip)
-        if idx in seen:
-            raise rd.error(f"the triplet {' '.join(trip)} is given twice (also on line {seen[idx]})", line)
-        seen[idx] = line
-        for n, v in zip(names, values):
-            arrays[n][idx] = v
-    missing = [tuple(elements[i] for i in idx) for idx in np.ndindex(S, S, S) if idx not in seen]
-    if missing:
-        raise rd.error(f"no entry for the triplet {' '.join(missing[0])} of elements {', '.join(elements)}", 1)
+        values = [float(t.text) for t in entry[3:]]
+        for idx in itertools.product(*(species[e] for e in trip)):
+            if line[idx]:
+                raise rd.error(f"the triplet {' '.join(trip)} is given twice (also on line {line[idx]})", entry[0])
+            line[idx] = entry[0].line
+            for n, v in zip(names, values):
+                arrays[n][idx] = v
+    if not line.all():
+        idx = tuple(int(i) for i in np.argwhere(line == 0)[0])
+        raise rd.error(f"no entry for the triplet {' '.join(elements[i] for i in idx)} of elements "
+                       f"{', '.join(elements)}", (1, 1))
     return elements, arrays
 
 
 def read_sw(files, elements=None):
-    (path,) = files
-    elements, p = _arrays(path, SW, "Stillinger-Weber", elements)
+    elements, p = _arrays(one_file(files, "sw"), SW, "Stillinger-Weber", elements)
     p["cut"] = p["a"] * p["sigma"]
     p["cutsq"] = p["cut"] * p["cut"]
     return Potential("sw", elements, {}, p)
 
 
 def read_tersoff(files, elements=None):
-    (path,) = files
-    elements, p = _arrays(path, TERSOFF, "Tersoff", elements)
+    elements, p = _arrays(one_file(files, "tersoff"), TERSOFF, "Tersoff", elements)
     n = p["n"]
     p["cut"] = p["R"] + p["D"]
     p["cutsq"] = p["cut"] * p["cut"]
