@@ -1,26 +1,34 @@
 """AdgradCalculator: an adgrad site-energy model as an ASE calculator (docs/ase.md).
 
-A step: a neighbour list (matscipy's, kept between steps while no atom has moved more than half the
+A step: a neighbour list (neighbours.py, kept between steps while no atom has moved more than half the
 skin), packed into the model's padded inputs R / valid / s / sn by a numba loop, one evaluate of E
 and dE/dR into reused buffers (the only parallel part), then one numba pass over the neighbour slots
 that assembles forces and the virial. Packing and assembly are serial: memory-bound, about 1 ms each
 for 4000 Cu atoms, and a parallel pack was no faster on 2 threads while adding a parallel region
 whose wake-up costs milliseconds on a busy machine.
+
+Every argument is checked where it enters: the constructor's when it is called, the atoms' (positions,
+cell, periodicity, elements) at the start of each calculation, before anything is computed from them.
 """
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import numpy as np
 from ase.calculators.calculator import Calculator, all_changes
 from ase.data import atomic_numbers, chemical_symbols
 from ase.stress import full_3x3_to_voigt_6_stress
-from matscipy.neighbours import neighbour_list
 from numba import njit
 
 from adgrad.engine.api import compile_model, load_model
+from adgrad.engine.potentials import Potential
+
+from .neighbours import lattice, neighbour_list
 
 SLOTS = 8       # neighbour slots grow in multiples of this, so an MD run does not recompile every few steps
+CUTOFFS = {"eam": "cutoff", "eam/alloy": "cutoff", "eam/fs": "cutoff", "sw": "cut", "tersoff": "cut"}   # format -> constant
+FLAT = 1e-12    # periodic cell vectors whose smallest singular value is below this fraction of the largest: dependent
 
 
 class AdgradCalculator(Calculator):
@@ -31,9 +39,11 @@ class AdgradCalculator(Calculator):
     atom and of each neighbour), as configs/cu_eam_model.yaml; N is chosen here, at run time (the
     model's size N if it declares one, `sizes: {N: ...}`, so params shaped by N follow; else the first
     axis of R, valid and sn).
-    cutoff: neighbours are the atoms (periodic images included) closer than this, in A.
+    cutoff: neighbours are the atoms (periodic images included) closer than this, in A. By default the
+    model's own (model_cutoff: its potential files'); a smaller one is an error, a larger one is taken.
     species: chemical symbol -> species index (required when the model reads s or sn); an atom of
-    another element is an error.
+    another element is an error. Without it, a model that reads no species takes the elements its
+    potential files name (any element when they name none).
     skin: the neighbour list holds pairs within cutoff + skin and is rebuilt only when an atom has
     moved more than skin / 2 since it was built (or the cell, the periodicity or the atoms changed);
     results do not depend on it (pairs beyond the cutoff are left out at every step). 0 rebuilds it at
@@ -43,25 +53,74 @@ class AdgradCalculator(Calculator):
 
     implemented_properties = ["energy", "free_energy", "energies", "forces", "stress"]
 
-    def __init__(self, model, cutoff, species=None, skin=0.5, energy="E", **kwargs):
+    def __init__(self, model, cutoff=None, species=None, skin=0.5, energy="E", **kwargs):
         super().__init__(**kwargs)
         self.path = os.fspath(model)
-        self.cutoff, self.skin, self.energy = float(cutoff), float(skin), energy
         declared = load_model(self.path)
         self.inputs, self.sized = tuple(declared.graph.inputs), "N" in declared.spec.sizes
         if not {"R", "valid"} <= set(self.inputs) <= {"R", "valid", "s", "sn"}:
             raise ValueError(f"{self.path}: a site-energy model has inputs R, valid and optionally s, sn; "
                              f"this one has {', '.join(self.inputs)}")
-        if species is None and {"s", "sn"} & set(self.inputs):
-            raise ValueError(f"{self.path} reads species (s, sn): give species={{symbol: index}}")
-        self.species = dict(species or {})
-        self._index = np.full(len(chemical_symbols), -1.0 if self.species else 0.0)   # atomic number -> species
-        for symbol, index in self.species.items():
+        outputs = declared.graph.outputs
+        if not isinstance(energy, str) or energy not in outputs:
+            raise ValueError(f"energy={energy!r} is not an output of {self.path} (its outputs: {', '.join(outputs)})")
+        if outputs[energy].shape != ():
+            raise ValueError(f"energy={energy!r}: output '{energy}' of {self.path} has shape {outputs[energy].shape}, "
+                             f"but a site energy is one number per atom (shape ())")
+        self.energy, self.gradient = energy, f"d{energy}_dR"
+        known, complete = model_cutoff(declared)
+        self.model_cutoff = known[0] if known else None
+        self.cutoff = self._cutoff(cutoff, known, complete)
+        self.skin = _length("skin", skin)
+        self.species = self._species(species, declared)
+        self._index = np.full(len(chemical_symbols), -1.0 if self.species is not None else 0.0)  # Z -> species
+        for symbol, index in (self.species or {}).items():
             self._index[atomic_numbers[symbol]] = index
-        self.gradient = f"d{energy}_dR"
         self.kernel, self.width = None, 0
         self._allocate(0)
-        self._list = None           # (neighbour list, positions, cell, pbc, numbers) when it was built
+        self._list = None           # (neighbour list, positions, cell, pbc, numbers, basis) when it was built
+
+    def _cutoff(self, cutoff, known, complete):
+        if cutoff is None:
+            if known is None or not complete:
+                raise ValueError(f"{self.path}: the model's cutoff is not known from its params (only a potential "
+                                 f"file of format {', '.join(CUTOFFS)} gives one, and a table param none): give "
+                                 f"cutoff=, the distance (A) beyond which no neighbour changes a site energy")
+            return known[0]
+        value = _length("cutoff", cutoff, positive=True)
+        if known is not None and value < known[0]:
+            raise ValueError(f"cutoff={value:g} A is smaller than the model's cutoff {known[0]:g} A ({known[1]} of "
+                             f"{self.path}): neighbours between them would be left out; give cutoff >= {known[0]:g} "
+                             f"or leave it out")
+        return value
+
+    def _species(self, species, model):
+        """The species map, checked: chemical symbols to integer indices within every potential's elements, each
+        symbol at its own element where the potential names chemical elements. None: any element (index 0)."""
+        potentials = {name: val.elements for name, val in model.tables.items() if isinstance(val, Potential)}
+        if species is None:
+            if {"s", "sn"} & set(self.inputs):
+                raise ValueError(f"{self.path} reads species (s, sn): give species={{symbol: index}}")
+            named = [e for elements in potentials.values() for e in elements if e in atomic_numbers]
+            return {e: 0 for e in dict.fromkeys(named)} or None
+        if not isinstance(species, Mapping) or not species:
+            raise ValueError(f"species={species!r}: give a dict of chemical symbol -> species index, e.g. {{'Cu': 0}}")
+        out = {}
+        for symbol, index in species.items():
+            if not isinstance(symbol, str) or symbol not in atomic_numbers:
+                raise ValueError(f"species: {symbol!r} is not a chemical symbol (as 'Cu' or 'Ni')")
+            if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)) or index < 0:
+                raise ValueError(f"species: the index of {symbol} must be an integer >= 0, got {index!r}")
+            for name, elements in potentials.items():
+                if index >= len(elements):
+                    raise ValueError(f"species: {symbol} -> {index}, but potential '{name}' of {self.path} has "
+                                     f"{len(elements)} element(s) ({', '.join(elements)}: indices 0 to "
+                                     f"{len(elements) - 1})")
+                if elements[index] in atomic_numbers and elements[index] != symbol:
+                    raise ValueError(f"species: {symbol} -> {index}, but element {index} of potential '{name}' of "
+                                     f"{self.path} is {elements[index]} (its elements: {', '.join(elements)})")
+            out[symbol] = int(index)
+        return out
 
     def check_state(self, atoms, tol=1e-15):
         """What changed since the last calculation among what the model reads (positions, numbers, cell,
@@ -76,53 +135,100 @@ class AdgradCalculator(Calculator):
                 if not np.array_equal(a, b)]
 
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
-        super().calculate(atoms, properties, system_changes)
-        atoms = self.atoms
+        self.results = {}
+        try:
+            super().calculate(atoms, properties, system_changes)
+            self._calculate(self.atoms)
+        except BaseException:
+            self.atoms = None       # a failed call leaves no state that a repeat with these atoms would reuse
+            raise
+
+    def _calculate(self, atoms):
         if self._stale(atoms):
             self._build(atoms)
-        if len(self.buffers["R"]) != len(atoms):
-            self._allocate(len(atoms))
-        count = self._pack(atoms)
-        if self.kernel is None or count > self.width:    # more neighbours than slots: compile, pack again
-            self._compile(-(-max(count, 1) // SLOTS) * SLOTS)
-            self._pack(atoms)
-        out = self.kernel.evaluate({n: self.buffers[n] for n in self.inputs}, out=self.out)
-        forces, virial = np.zeros((len(atoms), 3)), np.zeros((3, 3))
-        _assemble(out[self.gradient], self.buffers["index"], self.buffers["R"], forces, virial)
-        energy = float(out[self.energy].sum())
-        self.results = {"energy": energy, "free_energy": energy, "energies": out[self.energy].copy(),
-                        "forces": forces}
+        n = len(atoms)
+        if n == 0:
+            energies, forces, virial = np.zeros(0), np.zeros((0, 3)), np.zeros((3, 3))
+        else:
+            if len(self.buffers["R"]) != n:
+                self._allocate(n)
+            count = self._pack(atoms)
+            if self.kernel is None or count > self.width:    # more neighbours than slots: compile, pack again
+                self._compile(-(-max(count, 1) // SLOTS) * SLOTS)
+                self._pack(atoms)
+            out = self.kernel.evaluate({name: self.buffers[name] for name in self.inputs}, out=self.out)
+            forces, virial = np.zeros((n, 3)), np.zeros((3, 3))
+            _assemble(out[self.gradient], self.buffers["index"], self.buffers["R"], forces, virial)
+            energies = out[self.energy].copy()
+            self._finite(atoms, energies, forces)
+        energy = float(energies.sum())
+        self.results = {"energy": energy, "free_energy": energy, "energies": energies, "forces": forces}
         if atoms.pbc.all():         # dE/d(strain) / volume, ASE's sign: positive under tension
             self.results["stress"] = full_3x3_to_voigt_6_stress((virial + virial.T) / (2 * atoms.get_volume()))
+
+    def _finite(self, atoms, energies, forces):
+        """A site energy or force that is NaN or infinite is an error, naming the atoms and their nearest
+        neighbours (a model is undefined there: two atoms on one spot, a radius where its function is not)."""
+        bad = np.flatnonzero(~(np.isfinite(energies) & np.isfinite(forces).all(axis=1)))
+        if len(bad):
+            R, valid = self.buffers["R"][bad], self.buffers["valid"][bad] > 0.5
+            r = np.where(valid, np.linalg.norm(R, axis=2), np.inf).min(axis=1)
+            near = ", ".join(f"atom {i} ({atoms[i].symbol}: site energy {energies[i]:g}, nearest neighbour at "
+                             f"{d:g} A)" for i, d in zip(bad[:3], r[:3]))
+            raise ValueError(f"{self.path} gives a non-finite energy or force at {len(bad)} atom(s), first {near}; "
+                             f"the model is not defined for these neighbourhoods")
 
     def _stale(self, atoms):
         if self._list is None:
             return True
-        _, x0, cell, pbc, numbers = self._list
+        _, x0, cell, pbc, numbers, _ = self._list
         if len(atoms) != len(x0) or not (np.array_equal(atoms.cell.array, cell) and np.array_equal(atoms.pbc, pbc)
                                          and np.array_equal(atoms.numbers, numbers)):
             return True
         moved = np.einsum("ij,ij->i", atoms.positions - x0, atoms.positions - x0).max(initial=0.0)
+        if not moved < np.inf:      # NaN or inf: checked (and refused) by _build
+            return True
         return moved > (self.skin / 2) ** 2 if self.skin > 0 else moved > 0.0
 
     def _build(self, atoms):
-        """A neighbour list within cutoff + skin, sorted by atom: pair p of atom i is first[i] <= p <
-        first[i + 1]. matscipy's (C, cell lists) and not engine/tools/atoms.neighbours (Python over
-        bins, sorting each atom's neighbours): 29 ms against 145 ms for 4000 Cu atoms within 4.95 A,
-        4 ms against 76 ms for 256. A free cluster goes by its positions alone (matscipy wraps them in a
-        box of its own; its cell may be zero)."""
-        reach = self.cutoff + self.skin
-        if atoms.pbc.any():
-            i, j, S = neighbour_list("ijS", atoms, reach)
-        else:
-            i, j, S = neighbour_list("ijS", positions=atoms.positions, cutoff=reach)
-        first = np.searchsorted(i, np.arange(len(atoms) + 1))
+        """Check the atoms, then a neighbour list within cutoff + skin, sorted by atom: pair p of atom i is
+        first[i] <= p < first[i + 1] (neighbours.py: memory in proportion to the atoms and their neighbours,
+        whatever the cell's size)."""
+        self._list = None
+        basis, inverse = self._check(atoms)
+        first, j, S = neighbour_list(atoms.positions, basis, inverse, atoms.pbc, self.cutoff + self.skin)
         self._list = ((first, j, S), atoms.positions.copy(), atoms.cell.array.copy(),
-                      atoms.pbc.copy(), atoms.numbers.copy())
-        self._species = self._index[atoms.numbers]
-        if np.any(self._species < 0):
-            unknown = sorted(set(np.array(atoms.get_chemical_symbols())[self._species < 0]))
-            raise ValueError(f"no species index for {', '.join(unknown)} (species={self.species})")
+                      atoms.pbc.copy(), atoms.numbers.copy(), basis)
+
+    def _check(self, atoms):
+        """The atoms' positions, cell, periodicity and elements, as the model needs them; returns the lattice
+        (neighbours.lattice) and sets the atoms' species."""
+        x, cell, pbc, numbers = atoms.positions, atoms.cell.array, atoms.pbc, atoms.numbers
+        bad = np.flatnonzero(~np.isfinite(x).all(axis=1))
+        if len(bad):
+            where = f"atom {bad[0]} ({atoms[bad[0]].symbol}) is at {x[bad[0]].tolist()}"
+            where = where if len(bad) == 1 else f"{_listed(bad)} are not finite: {where}"
+            raise ValueError(f"atoms.positions: {where}; positions must be finite (did the dynamics diverge?)")
+        if not np.isfinite(cell).all():
+            raise ValueError(f"atoms.cell holds NaN or infinity: {cell.tolist()}")
+        rows = cell[pbc]
+        singular = np.linalg.svd(rows, compute_uv=False) if len(rows) else np.ones(1)
+        if not singular.min() > FLAT * singular.max():
+            axes = "".join(np.array(["a", "b", "c"])[pbc])
+            raise ValueError(f"atoms.cell: the vectors of its periodic directions ({', '.join(axes)}; pbc "
+                             f"{pbc.tolist()}) are zero or linearly dependent: {cell.tolist()}; a periodic direction "
+                             f"needs a cell vector, and a fully periodic cell a volume")
+        known = (numbers >= 0) & (numbers < len(self._index))
+        species = np.full(len(numbers), -1.0)
+        species[known] = self._index[numbers[known]]
+        bad = np.flatnonzero(species < 0)
+        if len(bad):
+            symbols = sorted({chemical_symbols[z] if 0 <= z < len(chemical_symbols) else f"Z={z}"
+                              for z in numbers[bad]})
+            mapped = self.species if self.species is not None else {}
+            raise ValueError(f"no species index for {', '.join(symbols)}: {_listed(bad)} (species={mapped})")
+        self._species = species
+        return lattice(cell, pbc)
 
     def _compile(self, width):
         """Compile E and dE/dR for `width` neighbour slots (a cached kernel if adgrad compiled it before)."""
@@ -144,11 +250,49 @@ class AdgradCalculator(Calculator):
     def _pack(self, atoms):
         """Fill the padded inputs from the neighbour list; returns the largest neighbour count (slots
         beyond the width are not written: the caller compiles for more and packs again)."""
-        (first, j, S), _, cell, *_ = self._list
+        (first, j, S), *_, basis = self._list
         b = self.buffers
         b["s"][:] = self._species
-        return _pack(atoms.positions, first, j, S, cell, self.cutoff ** 2, self._species,
+        return _pack(atoms.positions, first, j, S, basis, self.cutoff ** 2, self._species,
                      b["R"], b["valid"], b["index"], b["sn"])
+
+
+def model_cutoff(model):
+    """((the model's cutoff, where it comes from) or None, whether every table-like param has one): the
+    largest cutoff of the model's potential files (EAM's `cutoff`, the largest `cut` of SW and Tersoff). A
+    `table:` param has none (its grid's end is no cutoff), nor a potential format not in CUTOFFS."""
+    found, complete = [], True
+    for name, val in model.tables.items():
+        key = CUTOFFS.get(val.format) if isinstance(val, Potential) else None
+        if key is None or key not in val.constants:
+            complete = False
+            continue
+        value = float(np.max(val.constants[key]))
+        if not (np.isfinite(value) and value > 0):
+            raise ValueError(f"params.{name}: the potential's {key} is {value}, not a positive distance")
+        found.append((value, f"params.{name}: {key}"))
+    return (max(found) if found else None), complete
+
+
+def _length(name, value, positive=False):
+    """A distance argument in A: a real number, finite, > 0 (positive) or >= 0."""
+    arr = np.asarray(value) if not isinstance(value, (str, bytes)) else None
+    if arr is None or arr.ndim or arr.dtype.kind not in "iuf":
+        raise ValueError(f"{name}={value!r}: give a number (A)")
+    v = float(arr)
+    if not (np.isfinite(v) and (v > 0 if positive else v >= 0)):
+        raise ValueError(f"{name}={v:g}: must be finite and {'> 0' if positive else '>= 0'} (A)")
+    return v
+
+
+def _listed(index):
+    """'atom 3' / 'atoms 3 and 9' / 'atoms 3, 5 and 9' / 'atoms 3, 5, 9 and 4 more'."""
+    index = [str(int(i)) for i in index]
+    if len(index) == 1:
+        return f"atom {index[0]}"
+    if len(index) > 3:
+        return f"atoms {', '.join(index[:3])} and {len(index) - 3} more"
+    return f"atoms {', '.join(index[:-1])} and {index[-1]}"
 
 
 @njit(cache=True, nogil=True)
