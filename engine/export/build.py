@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..errors import DataError, JobError, os_reason
 from ..store.lock import output_lock
-from . import CPUS
+from . import CPUS, variants
 from .cwrap import header, source
 from .layout import layout
 from .objcode import kernel_ir, object_code
@@ -114,23 +114,27 @@ def _check_destination(directory, overwrite):
 
 def _build(kernel, lay, cc, cpu, tmp):
     """lib<name>.so, <name>.h and the manifest in tmp."""
-    obj = os.path.join(tmp, f"{lay.name}_kernel.o")
-    code, helpers = object_code(kernel_ir(kernel, lay), lay.name, cpu)
-    with open(obj, "wb") as f:
-        f.write(code)
+    irs, objs, helpers = kernel_ir(kernel, lay), [], set()
+    for tag, target in variants(cpu):
+        code, needs = object_code(irs, lay.name, target, tag)
+        objs.append(os.path.join(tmp, f"{lay.name}_kernel_{target}.o"))
+        helpers.update(needs)
+        with open(objs[-1], "wb") as f:
+            f.write(code)
     head, src = os.path.join(tmp, f"{lay.name}.h"), os.path.join(tmp, f"{lay.name}.c")
     with open(head, "w") as f:
         f.write(header(lay))
     with open(src, "w") as f:
-        f.write(source(lay, cpu, helpers))
+        f.write(source(lay, variants(cpu), sorted(helpers)))
     lib = f"lib{lay.name}.so"
-    done = subprocess.run([*cc, *FLAGS, f"-Wl,-soname,{lib}", "-o", os.path.join(tmp, lib), src, obj, "-lm"],
+    done = subprocess.run([*cc, *FLAGS, f"-Wl,-soname,{lib}", "-o", os.path.join(tmp, lib), src, *objs, "-lm"],
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise JobError(f"adgrad export: building {lib} failed (`{shlex.join(cc)}`):\n{_tail(done.stderr)}")
-    os.remove(src)
-    os.remove(obj)
+    for path in (src, *objs):
+        os.remove(path)
     manifest = {"name": lay.name, "model": lay.model, "library": lib, "header": f"{lay.name}.h", "cpu": cpu,
+                "variants": [target for _, target in variants(cpu)],
                 "abi_version": lay.abi_version, "adgrad_version": lay.version, "model_sha256": lay.model_sha256,
                 "kernel_sha256": lay.kernel_sha256}
     with open(os.path.join(tmp, MANIFEST), "w") as f:

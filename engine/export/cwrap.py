@@ -48,7 +48,7 @@ typedef struct adgrad_model_info {
     const char *adgrad_version;
     const char *model_sha256;   /* of the model's YAML text (the output files' model_sha256) */
     const char *kernel_sha256;  /* of the generated kernel source (the output files' kernel_sha256) */
-    const char *cpu;            /* the CPU the object code was built for */
+    const char *cpu;            /* the code in use: built for "x86-64", "x86-64-v3", ... or "host" */
     int32_t n_inputs, n_params, n_outputs;
     const adgrad_array *inputs, *params, *outputs;
     int64_t n_param_values;     /* the length of a params array */
@@ -123,7 +123,7 @@ def header(lay):
 
 SOURCE = r"""/* The C wrapper of lib{name}.so, written by adgrad {version}; do not edit. */
 #define _POSIX_C_SOURCE 200809L
-#include <math.h>
+{includes}#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -143,20 +143,22 @@ SOURCE = r"""/* The C wrapper of lib{name}.so, written by adgrad {version}; do n
 #define SERIAL_BELOW {serial_below}
 #define MIN_BLOCK {min_block}
 
-/* the kernel's point function and its two drivers (numba's inner functions; 0 = success) */
-HIDDEN int32_t {k_point}(void **ret, void **exc, {point_params});
-HIDDEN int32_t {k_batch}(void **ret, void **exc, int64_t m, int64_t *next_row, int64_t block, {batch_params});
-HIDDEN int32_t {k_strided}(void **ret, void **exc, int64_t m, int64_t *next_row, int64_t block, {strided_params});
+/* the kernel's point function and its two drivers (numba's inner functions; 0 = success), per CPU variant */
+typedef int32_t point_fn(void **ret, void **exc, {point_params});
+typedef int32_t batch_fn(void **ret, void **exc, int64_t m, int64_t *next_row, int64_t block, {batch_params});
+typedef int32_t strided_fn(void **ret, void **exc, int64_t m, int64_t *next_row, int64_t block, {strided_params});
+{declarations}
 {helpers}
 struct {name}_ctx {{ double params[NP > 0 ? NP : 1]; }};
 
 {tables}
 
-static const adgrad_model_info info = {{
+static adgrad_model_info info = {{      /* cpu: the variant in use, set when the library is loaded */
     ADGRAD_ABI_VERSION, {s_name}, {s_model}, {s_version}, {s_model_sha}, {s_kernel_sha}, {s_cpu},
     NI, {nparams}, NO, {info_inputs}, {info_params}, {info_outputs}, NP, {info_defaults}, WS
 }};
 
+{dispatch}
 API const adgrad_model_info *{name}_info(void) {{ return &info; }}
 
 API {name}_ctx *{name}_new(void) {{
@@ -216,7 +218,7 @@ API int {name}_point(const {name}_ctx *ctx, const double *const *inputs, double 
             return ADGRAD_ERR_ARGUMENT;
     void *ret = NULL, *exc = NULL;
     double *p = (double *)ctx->params;
-    return {k_point}(&ret, &exc, {point_args}) ? ADGRAD_ERR_KERNEL : ADGRAD_OK;
+    return k_point(&ret, &exc, {point_args}) ? ADGRAD_ERR_KERNEL : ADGRAD_OK;
 }}
 
 /* ---- batch ---------------------------------------------------------------------------------- */
@@ -241,8 +243,8 @@ static int32_t run(job *j, int64_t w) {{
     void *ret = NULL, *exc = NULL;
     (void)buf; (void)span; (void)sk; (void)si;
     if (!j->strided)
-        return {k_batch}(&ret, &exc, j->n, &j->next_row, j->block, {batch_args}, work, j->bad, j->nbad);
-    return {k_strided}(&ret, &exc, j->n, &j->next_row, j->block, {strided_args}, work, {buf_args}, j->bad, j->nbad);
+        return k_batch(&ret, &exc, j->n, &j->next_row, j->block, {batch_args}, work, j->bad, j->nbad);
+    return k_strided(&ret, &exc, j->n, &j->next_row, j->block, {strided_args}, work, {buf_args}, j->bad, j->nbad);
 }}
 
 static void *thread_main(void *arg) {{
@@ -410,6 +412,37 @@ HIDDEN int numba_attempt_nocopy_reshape(int64_t nd, const int64_t *dims, const i
 """}
 
 
+# x86-64-v3 (AVX, AVX2, BMI1, BMI2, F16C, FMA, LZCNT, MOVBE) with the OS saving the AVX registers
+DISPATCH = r"""
+/* The x86-64-v3 code where the CPU has its features (AVX, AVX2, BMI1, BMI2, F16C, FMA, LZCNT, MOVBE,
+   and the OS saves the AVX registers), else the baseline x86-64 code: the same bits either way.
+   ADGRAD_NATIVE_CPU=x86-64 in the environment keeps the baseline code (to test or compare it). */
+static int has_v3(void) {{
+    unsigned a, b, c, d, lo, hi;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    if (!((c >> 12) & (c >> 22) & (c >> 27) & (c >> 28) & (c >> 29) & 1))   /* FMA MOVBE OSXSAVE AVX F16C */
+        return 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 6) != 6)                          /* the OS saves the SSE and AVX registers */
+        return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((b >> 3) & (b >> 5) & (b >> 8) & 1))   /* BMI1 AVX2 BMI2 */
+        return 0;
+    return __get_cpuid(0x80000001, &a, &b, &c, &d) && ((c >> 5) & 1);                   /* LZCNT */
+}}
+
+__attribute__((constructor)) static void choose_variant(void) {{
+    const char *force = getenv("ADGRAD_NATIVE_CPU");
+    if ((force && strcmp(force, "x86-64") == 0) || !has_v3())
+        return;
+    k_point = {v3_point};
+    k_batch = {v3_batch};
+    k_strided = {v3_strided};
+    info.cpu = "x86-64-v3";
+}}
+"""
+
+
 def _double(x):
     """A C literal of the double x, exact (hexadecimal) and for inf and NaN too."""
     if x != x:
@@ -439,10 +472,26 @@ def _tables(lay):
     return "\n".join(lines)
 
 
-def source(lay, cpu, helpers=()):
-    """The C wrapper of the library of `lay` (layout.Layout) for object code built for `cpu` that
-    calls `helpers` (objcode.object_code's)."""
+def _variants(n, variants):
+    """(declarations of the inner functions and the pointers the wrapper calls, the dispatch code)."""
+    lines = []
+    for kind in ("point", "batch", "strided"):
+        lines.append(f"HIDDEN {kind}_fn {', '.join(inner_name(n, kind, tag) for tag, _ in variants)};")
+    for kind in ("point", "batch", "strided"):
+        lines.append(f"static {kind}_fn *k_{kind} = {inner_name(n, kind, variants[0][0])};")
+    if len(variants) == 1:
+        return "\n".join(lines), ""
+    assert [cpu for _, cpu in variants] == ["x86-64", "x86-64-v3"], variants
+    tag = variants[1][0]
+    return "\n".join(lines), DISPATCH.format(**{f"v3_{kind}": inner_name(n, kind, tag)
+                                                for kind in ("point", "batch", "strided")})
+
+
+def source(lay, variants, helpers=()):
+    """The C wrapper of the library of `lay` (layout.Layout) whose object code holds `variants`
+    ([(tag, cpu)], engine/export variants) and calls `helpers` (objcode.object_code's)."""
     n, ni = lay.name, len(lay.inputs)
+    declarations, dispatch = _variants(n, variants)
     index = {a.arg: (k if a.kind == "input" else ni + k - len(lay.inputs) - len(lay.params))
              for k, a in enumerate(lay.arrays) if a.kind != "param"}
     ws8 = -(-lay.workspace_size // 8) * 8
@@ -465,12 +514,13 @@ def source(lay, cpu, helpers=()):
     return SOURCE.format(
         name=n, version=lay.version, ni=ni, no=len(lay.outputs), np=lay.n_param_values, ws=lay.workspace_size,
         ws8=ws8, region=region, max_threads=MAX_THREADS, serial_below=SERIAL_BELOW, min_block=MIN_BLOCK,
-        k_point=inner_name(n, "point"), k_batch=inner_name(n, "batch"), k_strided=inner_name(n, "strided"),
+        declarations=declarations, dispatch=dispatch, includes="#include <cpuid.h>\n" if dispatch else "",
         point_params=", ".join(point_params), batch_params=", ".join(point_params + ["void *bad", "int64_t nbad"]),
         strided_params=", ".join(strided_params), tables=_tables(lay),
         helpers="".join(HELPERS[h] for h in helpers),
         s_name=_c_string(n), s_model=_c_string(lay.model), s_version=_c_string(lay.version),
-        s_model_sha=_c_string(lay.model_sha256), s_kernel_sha=_c_string(lay.kernel_sha256), s_cpu=_c_string(cpu),
+        s_model_sha=_c_string(lay.model_sha256), s_kernel_sha=_c_string(lay.kernel_sha256),
+        s_cpu=_c_string(variants[0][1]),
         nparams=len(lay.params), info_inputs="info_inputs" if lay.inputs else "NULL",
         info_params="info_params" if lay.params else "NULL", info_outputs="info_outputs" if lay.outputs else "NULL",
         info_defaults="defaults",

@@ -31,9 +31,10 @@ LIBM = re.compile(r"(a?(sin|cos|tan)h?f?|atan2f?|exp(m1|2)?f?|log(1p|2|10)?f?|po
 HELPERS = ("numba_attempt_nocopy_reshape",)
 
 
-def inner_name(prefix, entry):
-    """The object code's symbol for an entry's inner function (hidden: only the C wrapper calls it)."""
-    return f"{prefix}__adgrad_{entry}"
+def inner_name(prefix, entry, variant=""):
+    """The object code's symbol for an entry's inner function in a CPU variant ("" or "v3_"; hidden:
+    only the C wrapper calls it)."""
+    return f"{prefix}__adgrad_{variant}{entry}"
 
 
 def wrapper_source(lay):
@@ -107,16 +108,17 @@ declare void @llvm.trap() noreturn nounwind
 """
 
 
-def object_code(irs, prefix, cpu):
+def object_code(irs, prefix, cpu, variant=""):
     """(position-independent object code, the numba helpers it calls) of the inner functions of
-    `irs` (kernel_ir's), named inner_name(prefix, entry), for `cpu` (engine/export CPUS)."""
+    `irs` (kernel_ir's), named inner_name(prefix, entry, variant), for `cpu` (an LLVM CPU name of
+    x86-64, or "host")."""
     import llvmlite.binding as llvm
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     module, keep = None, {}
     for entry, (text, inner) in irs.items():
         m = llvm.parse_assembly(text)
-        keep[inner] = inner_name(prefix, entry)
+        keep[inner] = inner_name(prefix, entry, variant)
         if module is None:
             module = m
         else:

@@ -1,0 +1,134 @@
+"""The exported native library (adgrad export) against the numba kernel it was made from.
+
+For each model, in one process: the numba kernel's lean call (kernel.compute, what `adgrad run` calls
+per chunk: rows laid out, one workspace) and the library's batch call (lib<name>.so through ctypes,
+preallocated rows and workspace), on one thread and on two, into the same preallocated outputs, for
+the library built for a baseline x86-64 (the default) and for this machine's CPU (--cpu host).
+Medians of --repeats calls after a warm-up, calls interleaved round-robin (benchmarks/_harness.py);
+ns per point and the ratio library / numba (target: <= 1.1). Before timing, every library's results
+are checked bit for bit against the numba kernel's.
+
+    python benchmarks/native.py                 # the models below at their default point counts
+    python benchmarks/native.py --quick         # a tenth of the points
+    python benchmarks/native.py --models eam,j2_voce --repeats 9
+"""
+import argparse
+import ctypes
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import print_command, time_calls  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+# name: (model file, derivatives, points)
+MODELS = {
+    "eam": ("configs/eam_model.yaml", [("E", "x")], 200_000),
+    "cu_eam": ("configs/cu_eam_model.yaml", [("E", "R")], 100_000),
+    "neo_hooke_WP": ("configs/models/neo_hooke.yaml", [("W", "F")], 1_000_000),
+    "neo_hooke_WPA": ("configs/models/neo_hooke.yaml", [("W", "F"), ("W", ["F", "F"])], 1_000_000),
+    "j2_voce": ("configs/models/j2_voce.yaml", [("sigma", "eps")], 1_000_000),
+}
+CPUS = ("x86-64", "host")
+
+
+def points(name, kernel, m, rng):
+    """Inputs (m, *shape): uniform in each input's sample range (F about I), Cu's atoms tiled."""
+    if name == "cu_eam":
+        import h5py
+        with h5py.File(ROOT / "data/cu_points.h5") as f:
+            return {n: np.ascontiguousarray(np.resize(f[n][:], (m,) + f[n].shape[1:]))
+                    for n in ("R", "valid", "s", "sn")}
+    out = {}
+    for n, v in kernel.graph.inputs.items():
+        lo, hi, center = kernel.model.spec.inputs[n].sample or (0.0, 1.0, 0.0)
+        out[n] = rng.uniform(lo, hi, (m,) + v.shape) + (np.eye(3) if center == "identity" else center or 0.0)
+    return out
+
+
+def native_call(lib, inputs, outputs, threads):
+    """The library's batch call with everything prepared: a call is one ctypes call."""
+    fn = getattr(lib.lib, f"{lib.name}_batch")
+    D = ctypes.POINTER(ctypes.c_double)
+    ins = (D * len(inputs))(*[a.ctypes.data_as(D) for a in inputs])
+    outs = (D * len(outputs))(*[a.ctypes.data_as(D) for a in outputs])
+    size = lib.fn["batch_workspace_size"](threads)
+    work = np.empty(size)
+    m = len(outputs[0])
+
+    def call():
+        lib.check(fn(lib.ctx, m, ins, None, outs, None, threads, work.ctypes.data_as(D), size, None))
+    return call
+
+
+def cpu_model():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def bench(name, args, tmp):
+    from adgrad.engine import compile_model, load_model
+    from adgrad.engine.export import export
+    from adgrad.engine.export.loader import NativeModel
+    path, derivs, full = MODELS[name]
+    m = full // 10 if args.quick else full
+    kernel = compile_model(load_model(ROOT / path), derivatives=derivs)
+    inputs = points(name, kernel, m, np.random.default_rng(0))
+    rows = [np.ascontiguousarray(inputs[n], dtype=np.float64) for n in kernel.graph.inputs]
+    libs = {cpu: NativeModel(export(kernel, os.path.join(tmp, f"{name}-{cpu}"), cpu=cpu).library) for cpu in CPUS}
+    ref = kernel.evaluate(inputs)
+    out = {n: np.empty((m,) + s) for n, s in kernel.output_shapes.items()}
+    for cpu, lib in libs.items():
+        got = lib.evaluate(inputs, threads=2)
+        bad = [n for n in ref if not np.array_equal(ref[n].view(np.int64), got[n].view(np.int64))]
+        if bad:
+            raise SystemExit(f"{name}: the {cpu} library's {bad} differ from the numba kernel's")
+    table = []
+    for threads in (1, 2):
+        work = kernel.workspace(threads)
+        runners = {"numba": (lambda: kernel.compute(inputs, out, work), None)}
+        for cpu, lib in libs.items():
+            runners[cpu] = (native_call(lib, rows, list(out.values()), threads), None)
+        times = time_calls(runners, (), args.repeats)
+        base = times["numba"][1]
+        table.append((name, m, threads, base / m * 1e9,
+                      *[(times[cpu][1] / m * 1e9, times[cpu][1] / base, times[cpu][2]) for cpu in CPUS]))
+    return table
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument("--repeats", type=int, default=7, help="timed calls per kernel (median)")
+    parser.add_argument("--quick", action="store_true", help="a tenth of each model's points")
+    args = parser.parse_args(argv)
+    print_command()
+    print(f"cpu: {cpu_model()} ({os.cpu_count()} cores); numbers: median ns per point (spread); "
+          f"ratio = library / numba kernel")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            rows += bench(name.strip(), args, tmp)
+    head = f"{'model':<15}{'points':>10}{'threads':>8}{'numba':>10}"
+    for cpu in CPUS:
+        head += f"{'lib ' + cpu:>16}{'ratio':>7}"
+    print(head)
+    for name, m, threads, base, *libs in rows:
+        line = f"{name:<15}{m:>10,}{threads:>8}{base:>10.1f}"
+        for ns, ratio, spread in libs:
+            line += f"{ns:>9.1f} ({spread:4.0%}){ratio:>6.2f}x"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
