@@ -7,6 +7,7 @@ MAX_CHUNK = 1 << 30             # points per chunk: more could not be buffered o
 MAX_YAML_VALUES = 1 << 20       # values a model or config file may expand to (YAML aliases included)
 MAX_YAML_DEPTH = 100            # nesting of YAML collections
 MAX_NEWTON = 100                # iterations of a solve: each is unrolled into the kernel
+MAX_LINE = 1 << 20              # characters of a line of a potential file (a sparse file is one endless line)
 
 # The memory of a run's buffers (3 chunks in flight, engine/job/pipeline.py) is bounded in bytes:
 # engine.memory, by default 2 GiB, which leaves room on a 2-core 24 GiB node for a few runs at once

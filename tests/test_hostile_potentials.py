@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from adgrad.cli.main import cli
 from adgrad.engine import api, potentials
 from adgrad.engine.errors import SpecError
-from adgrad.engine.limits import MAX_ELEMENTS
+from adgrad.engine.limits import MAX_ELEMENTS, MAX_LINE
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
@@ -266,6 +266,31 @@ def test_blank_lines_and_comments_inside_tables_read_as_lammps_reads_them(tmp_pa
     got = potentials.read([write(tmp_path, "eam/alloy", lines)], "eam/alloy")
     want = potentials.read([str(DATA / "Cu_zhou04.eam.alloy")], "eam/alloy")
     assert all(np.array_equal(want.tables[k].values, got.tables[k].values) for k in want.tables)
+
+
+def test_a_huge_sparse_file_is_refused_after_its_first_mib(tmp_path):
+    """A sparse file is terabytes of NULs on no disk space: one line, refused at the line limit before
+    the rest is read (64 MiB here, so that a reader holding the whole file stays harmless)."""
+    path = tmp_path / "p.eam.alloy"
+    with open(path, "wb") as f:
+        f.truncate(64 << 20)
+    refused(str(path), "eam/alloy", 1, 1, f"line 1 is longer than the limit of {MAX_LINE:,} characters")
+    lines = lines_of(DATA / "Cu_zhou04.eam.alloy")
+    lines[1] = "c" * MAX_LINE           # a comment line at the limit is fine
+    assert potentials.read([write(tmp_path, "eam/alloy", lines, "ok")], "eam/alloy").elements == ("Cu",)
+    lines[1] += "c"
+    refused(write(tmp_path, "eam/alloy", lines), "eam/alloy", 2, 1, "line 2 is longer than the limit")
+
+
+def test_crlf_line_ends_read_as_lf(tmp_path):
+    text = (DATA / "Cu_zhou04.eam.alloy").read_text()
+    path = tmp_path / "p.eam.alloy"
+    path.write_bytes(text.replace("\n", "\r\n").encode())
+    got = potentials.read([str(path)], "eam/alloy")
+    want = potentials.read([str(DATA / "Cu_zhou04.eam.alloy")], "eam/alloy")
+    assert all(np.array_equal(want.tables[k].values, got.tables[k].values) for k in want.tables)
+    path.write_bytes(text.replace("\n", "\r\n").replace("2001 0.021175871000000002", "2001 nan").encode())
+    refused(str(path), "eam/alloy", 5, 6, "drho: 'nan' is not a finite number")
 
 
 def test_a_potential_file_that_is_not_a_regular_file_is_refused(tmp_path):

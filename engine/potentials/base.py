@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import SpecError
-from ..limits import MAX_ELEMENTS
+from ..limits import MAX_ELEMENTS, MAX_LINE
 
 _NUM = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"     # one way to match: no backtracking
 NUMBER = re.compile(_NUM)
@@ -44,96 +44,109 @@ class Token:
 
 
 class TextReader:
-    """The lines of a potential file, read as LAMMPS's TextFileReader reads them: `skip` takes raw
-    lines (the comment lines of a header); `values` and `numbers` skip blank lines and drop what
-    follows a '#'. Every reading method raises a SpecError at the token (or the end of the file)."""
+    """A potential file, read line by line as LAMMPS's TextFileReader reads it: `skip` takes raw lines
+    (the comment lines of a header); `values` and `numbers` skip blank lines and drop what follows a
+    '#'. Only the current line is held (and the tables read), so a huge file costs no memory before
+    its header is checked. Every reading method raises a SpecError at the token (or the end of the
+    file). Use it as a context manager (it closes the file)."""
 
     def __init__(self, path):
         self.path = str(path)
         try:
             if not stat.S_ISREG(os.stat(path).st_mode):     # a FIFO would block, a device never end
                 raise SpecError("a potential file must be a regular file", self.path)
-            with open(path, encoding="utf-8", errors="replace") as f:
-                self.lines = f.read().splitlines()
+            self.file = open(path, encoding="utf-8", errors="replace")
         except OSError as exc:
             raise SpecError(f"cannot read potential file: {exc.strerror}", self.path) from None
-        self.at = 0                 # index of the next line
+        self.rewind()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+    def rewind(self):
+        self.file.seek(0)
+        self.number_of_line, self.text, self.eof = 0, "", False   # the current line: its number and text
 
     # ---- locations ----------------------------------------------------------------------------------
     def error(self, message, at=None):
         """A SpecError at a Token, at (line, col), or at the end of the file (None)."""
-        if at is None:
-            at = self.end_position()
+        if at is None:      # after the last line's last character
+            at = (max(self.number_of_line, 1), len(self.text) + 1)
         elif isinstance(at, Token):
             at = (at.line, at.col)
         return SpecError(message, self.path, *at)
 
-    def end_position(self):
-        """(line, col) just past the last character of the file."""
-        if not self.lines:
-            return 1, 1
-        return len(self.lines), len(self.lines[-1]) + 1
+    def next_line(self):
+        """Move to the next line; False at the end of the file (the last line stays current)."""
+        if self.eof:
+            return False
+        text = self.file.readline(MAX_LINE + 1)
+        if not text:
+            self.eof = True
+            return False
+        self.number_of_line += 1
+        self.text = text.rstrip("\r\n")
+        if len(self.text) > MAX_LINE:
+            raise self.error(f"line {self.number_of_line:,} is longer than the limit of {MAX_LINE:,} characters",
+                             (self.number_of_line, 1))
+        return True
 
-    def words(self, index):
-        """The Tokens of line `index` (0-based), without its comment."""
-        text = self.lines[index].split("#", 1)[0]
-        return [Token(m.group(), index + 1, m.start() + 1) for m in _WORD.finditer(text)]
+    def words(self):
+        """The Tokens of the current line, without its comment."""
+        text = self.text.split("#", 1)[0]
+        return [Token(m.group(), self.number_of_line, m.start() + 1) for m in _WORD.finditer(text)]
 
     # ---- reading ------------------------------------------------------------------------------------
     def skip(self, n, what):
         """Skip n raw lines (comments)."""
         for _ in range(n):
-            if self.at >= len(self.lines):
+            if not self.next_line():
                 raise self.error(f"the file ends before {what}")
-            self.at += 1
 
     def values(self, n, what):
         """The Tokens of the next non-blank line, joined with the lines after it until there are at
         least n (LAMMPS's next_values)."""
         out = []
         while len(out) < n:
-            if self.at >= len(self.lines):
+            if not self.next_line():
                 raise self.error(f"the file ends in {what}: {len(out)} of {n} values read")
-            out += self.words(self.at)
-            self.at += 1
+            out += self.words()
         return out
 
     def numbers(self, n, what):
         """The next n numbers (LAMMPS's next_dvector), across lines. The last line must end with the
         n-th number: LAMMPS drops what follows it on the line, so a number there is a misaligned
         table, not something to ignore."""
-        out, lines = [], []          # lines: (index, how many numbers came before it), to locate a bad one
+        out = []
         while len(out) < n:
-            if self.at >= len(self.lines):
+            if not self.next_line():
                 raise self.error(f"the file ends in {what}: {len(out):,} of {n:,} numbers read")
-            text = self.lines[self.at].split("#", 1)[0]
-            self.at += 1
+            text = self.text.split("#", 1)[0]
             parts = text.split()
-            lines.append((self.at - 1, len(out)))
+            take = min(n - len(out), len(parts))
             try:    # float() reads every number LAMMPS does, and more: inf, nan (not finite), 1_0, non-ASCII digits
-                out += map(float, parts[:n - len(out)])
-                ok = "_" not in text and text.isascii() or all(map(NUMBER.fullmatch, parts))
+                values = [float(p) for p in parts[:take]]
+                ok = ("_" not in text and text.isascii() or all(map(NUMBER.fullmatch, parts))) \
+                    and math.isfinite(sum(values))
             except ValueError:
                 ok = False
-            if not ok:
-                self.number(next(t for t in self.words(self.at - 1) if not NUMBER.fullmatch(t.text)), what)
-            if len(out) == n and len(parts) > n - lines[-1][1]:
-                extra = self.words(self.at - 1)[n - lines[-1][1]]
+            if not ok:      # the first word that is not a finite number (or an overflowing sum: none)
+                for tok in self.words()[:take]:
+                    self.number(tok, what)
+            out += values
+            if take < len(parts):
+                extra = self.words()[take]
                 raise self.error(f"{what} ends after {n:,} numbers, but its last line goes on with '{extra.text}' "
                                  f"(LAMMPS would ignore it; each table starts on a new line)", extra)
-        values = np.array(out, dtype=np.float64)
-        finite = np.isfinite(values)
-        if not finite.all():
-            k = int(np.argmin(finite))
-            index, before = next((i, b) for i, b in reversed(lines) if b <= k)
-            self.number(self.words(index)[k - before], what)
-        return values
+        return np.array(out, dtype=np.float64)
 
     def finish(self, what):
         """Nothing but blank lines and comments may follow the last table."""
-        while self.at < len(self.lines):
-            words = self.words(self.at)
-            self.at += 1
+        while self.next_line():
+            words = self.words()
             if words:
                 raise self.error(f"the file goes on after {what}, its last table, with '{words[0].text}' "
                                  f"(a count in the header may be wrong)", words[0])

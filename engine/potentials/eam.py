@@ -82,14 +82,14 @@ def read_funcfl(files, elements=None):
                          "'elements' selects elements of a setfl or fs file")
     parsed = []
     for path in files:
-        rd = TextReader(path)
-        rd.skip(1, "line 2 (atomic number, mass)")
-        _element(rd, "element")
-        g = _grid(rd, len(files), MIN_NODES + 1, " (pair_eam resamples a funcfl file onto one point fewer)")
-        F = rd.numbers(g.nrho, "F(rho)")
-        Z = rd.numbers(g.nr, "Z(r)")
-        rho = rd.numbers(g.nr, "rho(r)")
-        rd.finish("rho(r)")
+        with TextReader(path) as rd:
+            rd.skip(1, "line 2 (atomic number, mass)")
+            _element(rd, "element")
+            g = _grid(rd, len(files), MIN_NODES + 1, " (pair_eam resamples a funcfl file onto one point fewer)")
+            F = rd.numbers(g.nrho, "F(rho)")
+            Z = rd.numbers(g.nr, "Z(r)")
+            rho = rd.numbers(g.nr, "rho(r)")
+            rd.finish("rho(r)")
         parsed.append((g, F, Z, rho))
     # PairEAM::file2array: one grid for all files, at the largest spacings, up to the largest extent
     dr = max(g.dr for g, *_ in parsed)
@@ -125,7 +125,11 @@ def _resample(f, fdx, n, dx):
 
 # ---- setfl and fs: several elements on one grid ----------------------------------------------------
 def _multi(path, fs, elements):
-    rd = TextReader(path)
+    with TextReader(path) as rd:
+        return _read_multi(rd, fs, elements)
+
+
+def _read_multi(rd, fs, elements):
     rd.skip(3, "line 4 (the number of elements, then their names)")
     toks = rd.values(1, "the element line")
     count = rd.count(toks[0], "the number of elements")

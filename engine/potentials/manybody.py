@@ -30,8 +30,9 @@ def _entries(rd, names, fmt):
     """The Tokens of every entry: 3 elements, then the values of `names`; entries may continue over
     lines (LAMMPS joins lines until it has them all), '#' starts a comment."""
     n, words = 3 + len(names), []
-    for i in range(len(rd.lines)):
-        words += rd.words(i)
+    rd.rewind()
+    while rd.next_line():
+        words += rd.words()
         if len(words) < n:
             continue
         if len(words) > n:
@@ -69,7 +70,13 @@ def _check(rd, entry, names, fmt):
 
 
 def _arrays(path, names, fmt, elements):
-    rd = TextReader(path)
+    with TextReader(path) as rd:
+        return _read_arrays(rd, names, fmt, elements)
+
+
+def _read_arrays(rd, names, fmt, elements):
+    """Two passes over the file: the first checks every entry and finds the elements, the second,
+    with the arrays' size known and within the limit, fills them."""
     first = {}                      # element -> the Token that names it first
     for entry in _entries(rd, names, fmt):
         _check(rd, entry, names, fmt)
