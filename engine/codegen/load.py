@@ -289,7 +289,6 @@ def load(source):
     except OSError as exc:
         _cannot_write(exc)
         mod = _load_uncached(name, digest, source)
-    _adopt()        # its functions, and the helpers it imported, into adgrad's cache
     return mod
 
 
@@ -462,19 +461,23 @@ def _cannot_write(exc):
 # numba keeps the code of a cache=True function beside its source (__pycache__), or if that is not
 # writable in a user-wide directory, or fails: for adgrad's own helpers (engine/numeric, the tools,
 # the adapters) that meant writing into the checkout or the installed package, and a read-only
-# site-packages with no writable home failed on import. _Locator, first in numba's list of
-# locators, takes only adgrad's functions (modules adgrad.* and the kernels, adgrad_kernel_*) and
-# leaves numba's choice for any other code alone:
-# - a kernel's code stays in __pycache__ beside its k_<digest>.py (sealed and verified above);
-# - a helper's goes to helpers/<module>-<tag>/__pycache__ in the compile cache, `tag` hashing the
-#   helper's source file and the numeric modules (a helper inlines the helpers it calls, so another
-#   version of either is another directory, never a stale entry); the directory is verified against
-#   its checksums before numba reads it, and sealed at exit, as a kernel's entry is.
-# Dispatchers that numba gave a cache before this module was imported, and every adgrad dispatcher,
-# get an _AdgradCache (_adopt): numba's FunctionCache, but a cache that cannot be read is a miss and
-# one that cannot be written (a full disk) a one-line warning, never an error in the middle of a run.
+# site-packages with no writable home failed on import. And a cache file that cannot be written (a
+# full disk) raised in the middle of a compile. So numba's Dispatcher.enable_caching, which
+# cache=True calls when a function is decorated, gives adgrad's functions (modules adgrad.* and the
+# kernels, adgrad_kernel_*) an _AdgradCache, and every other function numba's own cache as before:
+# - _Locator keeps a kernel's code in __pycache__ beside its k_<digest>.py (sealed and verified
+#   above), and a helper's in helpers/<module>-<tag>/__pycache__ in the compile cache, `tag` hashing
+#   the helper's source file and the numeric modules (a helper inlines the helpers it calls, so
+#   another version of either is another directory, never a stale entry); that directory is verified
+#   against its checksums before numba reads it, and sealed at exit, as a kernel's entry is;
+# - a file that cannot be read is a miss, one that cannot be written a one-line warning.
+# Functions decorated before this module was imported get theirs when it is (_adopt).
 
 _HELPER_ENTRIES = set()     # virtual <dir>/<module file name> paths of the helper entries this process uses
+
+
+def _is_adgrads(py_func):
+    return (getattr(py_func, "__module__", None) or "").startswith(("adgrad.", "adgrad_kernel_"))
 
 
 class _Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
@@ -487,23 +490,21 @@ class _Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
 
     @classmethod
     def from_function(cls, py_func, py_file):
-        module = getattr(py_func, "__module__", None) or ""
-        helper = module.startswith("adgrad.")
-        if not (helper or module.startswith("adgrad_kernel_")) or not os.path.exists(py_file):
-            return None         # not adgrad's: numba's own locators decide
-        entry = _helper_entry(module, py_file) if helper else py_file
-        self = cls(py_func, py_file, entry)
+        if not _is_adgrads(py_func) or not os.path.exists(py_file):
+            return None
+        helper = py_func.__module__.startswith("adgrad.")
+        self = cls(py_func, py_file, _helper_entry(py_func.__module__, py_file) if helper else py_file)
         try:
             self.ensure_cache_path()
         except OSError:
-            return None         # no room even for the directory: numba's locators decide
-        if helper and entry not in _HELPER_ENTRIES:
-            _HELPER_ENTRIES.add(entry)
-            state = _numba_cache_state(entry)
+            return self         # a full disk: loads miss, saves warn (_AdgradCache)
+        if helper and self._entry not in _HELPER_ENTRIES:
+            _HELPER_ENTRIES.add(self._entry)
+            state = _numba_cache_state(self._entry)
             if state == "damaged":
                 _warn(f"a compiled helper in {self.get_cache_path()} was damaged; discarded, recompiling")
             if state != "ok":
-                _discard_numba_cache(entry)
+                _discard_numba_cache(self._entry)
         return self
 
 
@@ -515,7 +516,13 @@ def _helper_entry(module, py_file):
     return os.path.join(_cache_root(), "helpers", f"{module}-{h.hexdigest()[:16]}", os.path.basename(py_file))
 
 
+class _Impl(caching.CompileResultCacheImpl):
+    _locator_classes = [_Locator]
+
+
 class _AdgradCache(caching.FunctionCache):
+    _impl_class = _Impl
+
     def load_overload(self, sig, target_context):
         try:
             return super().load_overload(sig, target_context)
@@ -532,18 +539,22 @@ class _AdgradCache(caching.FunctionCache):
             _cannot_write(exc)
 
 
-def _install():
-    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl     # (renamed in numba 0.61)
-    if _Locator not in impl._locator_classes:
-        impl._locator_classes.insert(0, _Locator)
-    _adopt()
+_numba_enable_caching = Dispatcher.enable_caching
+
+
+def _enable_caching(self):
+    if _is_adgrads(self.py_func):
+        self._cache = _AdgradCache(self.py_func)
+    else:
+        _numba_enable_caching(self)
 
 
 _ADOPTED = set()        # modules whose dispatchers all have an _AdgradCache
 
 
 def _adopt():
-    """Give every cached dispatcher of adgrad's modules (fully imported) an _AdgradCache."""
+    """Give the cached dispatchers of adgrad's modules (fully imported) that predate _enable_caching an
+    _AdgradCache."""
     for name, mod in list(sys.modules.items()):
         if name in _ADOPTED or not name.startswith(("adgrad.", "adgrad_kernel_")):
             continue
@@ -551,10 +562,11 @@ def _adopt():
             continue            # still being imported: its dispatchers are not all there yet
         _ADOPTED.add(name)
         for value in list(vars(mod).values()):
-            if (isinstance(value, Dispatcher) and value.py_func.__module__ == name
-                    and not isinstance(value._cache, (caching.NullCache, _AdgradCache))):
+            if (isinstance(value, Dispatcher) and isinstance(value._cache, caching.FunctionCache)
+                    and not isinstance(value._cache, _AdgradCache) and _is_adgrads(value.py_func)):
                 value._cache = _AdgradCache(value.py_func)
 
 
+Dispatcher.enable_caching = _enable_caching
 atexit.register(lambda: [_seal_path(entry) for entry in sorted(_HELPER_ENTRIES)])
-_install()
+_adopt()
