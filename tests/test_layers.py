@@ -23,7 +23,7 @@ LAYERS = [
     [("api", ["engine.api", "engine"])],
     [("job", ["engine.job"]), ("tools", ["engine.tools"])],
     [("storage", ["engine.store"]), ("compile", ["engine.compile"])],
-    [("kernel", ["engine.kernel"])],
+    [("kernel", ["engine.kernel", "engine.arguments"])],
     [("codegen", ["engine.codegen"])],
     [("model", ["engine.model", "engine.solve"])],
     [("opt", ["engine.opt"]), ("ad", ["engine.ad"])],
