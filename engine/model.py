@@ -123,7 +123,11 @@ def _table(decl, ref, earlier):
         raise decl.loc.error(f"params.{decl.name}: a table needs at least {MIN_NODES} values, got {values.shape[-1:]}")
     if not np.all(np.isfinite(values)):
         raise decl.loc.error(f"params.{decl.name}: the table holds a NaN or an infinity")
-    xlin = ref.x0 + (values.shape[-1] - 1) * ref.dx if ref.beyond == "linear" else math.inf
+    end = ref.x0 + (values.shape[-1] - 1) * ref.dx
+    if not math.isfinite(end):
+        raise decl.loc.error(f"params.{decl.name}: the table's grid ends at x = {end} (x0 + (n - 1) dx), beyond "
+                             f"float64's range")
+    xlin = end if ref.beyond == "linear" else math.inf
     return TableData(values, ref.x0, ref.dx, xlin)
 
 

@@ -439,8 +439,8 @@ def _table(doc, node, where, base_dir):
     if "dx" not in e:
         raise doc.error(node, f"{where}: a table needs its grid: dx: (and x0:, default 0) or grid: [x values]")
     dx = _number(doc, e["dx"], f"{where}.dx")
-    if dx <= 0:
-        raise doc.error(e["dx"], f"{where}.dx: the grid spacing must be positive, got {dx}")
+    if dx <= 0 or not math.isfinite(1.0 / dx):        # the kernels multiply by 1/dx
+        raise doc.error(e["dx"], f"{where}.dx: the grid spacing must be positive (and 1/dx finite), got {dx}")
     x0 = _number(doc, e["x0"], f"{where}.x0") if "x0" in e else 0.0
     return TableRef(values, x0, dx, beyond)
 

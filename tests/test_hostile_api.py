@@ -356,3 +356,24 @@ def test_yaml_nested_thousands_deep_is_one_error(tmp_path, nested):
     assert res.exit_code == 2, res.output
     assert f"{path}:" in res.output and "YAML nested more than 100 levels deep" in res.output, res.output
     assert "Traceback" not in res.output
+
+
+# ---- 5's neighbour: a YAML table whose grid the kernels cannot hold ---------------------------------------
+@pytest.mark.parametrize("grid, phrase, col", [
+    ("dx: 1.0e-320", "params.T.dx: the grid spacing must be positive (and 1/dx finite), got 1e-320", 38),
+    ("dx: 1.0e+305, x0: 1.79e+308", "the table's grid ends at x = inf (x0 + (n - 1) dx), beyond float64's range", 3),
+])
+def test_a_yaml_table_grid_beyond_float64_is_refused(tmp_path, grid, phrase, col):
+    path = write(tmp_path, f"""
+        adgrad: 1
+        name: t
+        inputs:
+          x: []
+        params:
+          T: {{table: [1, 2, 3, 4, 5, 6], {grid}}}
+        outputs:
+          y: T(x)
+    """)
+    with pytest.raises(SpecError) as err:
+        load_model(path)
+    assert phrase in str(err.value) and (err.value.line, err.value.col) == (6, col), str(err.value)
