@@ -9,7 +9,7 @@ from .common import load_model_or_config, reports_errors
 @click.command()
 @click.argument("model_or_config", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", "directory", type=click.Path(), required=True,
-              help="Directory to write (made; its parent must exist): lib<NAME>.so, <NAME>.h, adgrad-export.json.")
+              help="Directory to write (made if missing): lib<NAME>.so, <NAME>.h, adgrad-export.json.")
 @click.option("--name", default=None, help="Library name and prefix of its C symbols (default: the model's name).")
 @click.option("--cpu", type=click.Choice(CPUS), default="x86-64", show_default=True,
               help="CPU to build for: any x86-64, a microarchitecture level (v3: AVX2 and FMA), or this machine's.")

@@ -70,7 +70,7 @@ def _tail(text, lines=12):
 
 def export(kernel, directory, name=None, cpu="x86-64", overwrite=False) -> Exported:
     """Write `kernel` (a CompiledKernel) as lib<name>.so, <name>.h and adgrad-export.json into the
-    directory `directory` (made; its parent must exist). An existing export is replaced only with
+    directory `directory` (made, with its parents). An existing export is replaced only with
     `overwrite`; anything else there is never touched. name: the C prefix of every symbol (default:
     the model's name); cpu: engine/export CPUS."""
     t0 = time.perf_counter()
@@ -79,6 +79,10 @@ def export(kernel, directory, name=None, cpu="x86-64", overwrite=False) -> Expor
     lay = layout(kernel, name)
     cc = compiler()
     directory = os.path.abspath(os.fspath(directory))
+    try:
+        os.makedirs(os.path.dirname(directory), exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"{directory}: cannot make its parent directory ({os_reason(exc)})") from None
     with output_lock(directory):
         _check_destination(directory, overwrite)
         # beside it (one file system: the rename), with the umask's mode (mkdtemp's is 0700)
