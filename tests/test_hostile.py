@@ -162,6 +162,18 @@ def read_only_dir(t):
     return {"ro": t / "ro"}
 
 
+def potential(line, old, new, expr="cu.F(x[0]) + x[1]"):
+    """m.yaml reads p.eam.alloy, the shipped copper setfl file with `old` replaced by `new` on `line`."""
+    def setup(t):
+        lines = (ROOT / "data" / "Cu_zhou04.eam.alloy").read_text().splitlines(keepends=True)
+        assert old in lines[line - 1], (old, lines[line - 1])
+        lines[line - 1] = lines[line - 1].replace(old, new, 1)
+        (t / "p.eam.alloy").write_text("".join(lines))
+        model(expr, "")(t)
+        (t / "m.yaml").write_text((t / "m.yaml").read_text().replace("  a: 2.0", "  cu: {potential: p.eam.alloy}"))
+    return setup
+
+
 def adgrad_version_only(t):
     with h5py.File(t / "x.h5", "w") as f:
         f.attrs["adgrad_version"] = "0.1.0"
@@ -358,6 +370,11 @@ ROWS = [
         "not a shard file", "{t}/out.h5: ", full_run),
     row("merge -o: a shard", "merge {t}/out.shard0of2.h5 " + SHARDS + " --overwrite", 2,
         "would replace one of the shards", "{t}/out.shard0of2.h5: ", shards),
+    row("merge -o: the input the shards were computed from", "merge {t}/in.h5 " + SHARDS + " --overwrite", 2,
+        "would replace the input file the shards were computed from", "{t}/in.h5: ", shards),
+    row("merge -o: a symlink to the shards' input", "merge {t}/alias.h5 " + SHARDS + " --overwrite", 2,
+        "would replace the input file the shards were computed from", "{t}/alias.h5: ",
+        lambda t: (shards(t), os.symlink(t / "in.h5", t / "alias.h5")) and None),
     row("merge -o: into a missing directory", "merge {t}/nope/m.h5 " + SHARDS, 2,
         "cannot create output file (No such file or directory)", "{t}/nope/m.h5: ", shards),
     # ---- sample ------------------------------------------------------------------------------------------------
@@ -412,6 +429,19 @@ ROWS = [
     row("check: 1e400", "check " + M, 2, "beyond float64's range", M_Y, model("1e400 * x")),
     row("check: a 400-digit integer", "check " + M, 2, "beyond float64's range", M_Y, model("x * 1" + "0" * 400)),
     row("check: a model file that is missing", "check {t}/none.yaml", 2, "cannot read file", "{t}/none.yaml: "),
+    row("check: YAML nested 10,000 deep in a param", "check " + M, 2, "YAML nested more than 100 levels deep",
+        "{t}/m.yaml:6:104: ", models("inputs:\n  x: [3]\nparams:\n  p: " + "[" * 10000 + "1" + "]" * 10000
+                                     + "\noutputs:\n  y: x\n")),
+    row("check: a constant species index out of range", "check " + M, 2,
+        "species index 1 is out of range: this lookup has 1 species", M_Y, potential(5, "2001", "2001", "cu.F[1](x[0])")),
+    # ---- potential files (every number finite, every count checked, at file:line:col) ----------------------------
+    row("potential file: dr = inf", "explain " + M, 2, "dr: 'inf' is not a finite number", "{t}/p.eam.alloy:5:32: ",
+        potential(5, "0.003", "inf")),
+    row("potential file: NaN in F(rho)", "explain " + M, 2, "'nan' is not a finite number", "{t}/p.eam.alloy:7:1: ",
+        potential(7, "1.1102230246251565e-16", "nan")),
+    row("potential file: Nr = 1e3", "check " + M, 2, "1e3", "{t}/p.eam.alloy:5:", potential(5, " 2001 0.003", " 1e3 0.003")),
+    row("potential file: 17M-node table", "check " + M, 2, "more than the limit", "{t}/p.eam.alloy:5:",
+        potential(5, "2001 0.021175871000000002 2001", "17000000 0.021175871000000002 2001")),
     row("check --points 10**30", f"check {{t}}/model.yaml --points {10 ** 30}", 2, "is not in the range", "'--points'"),
     row("explain --show bogus", "explain {t}/config.yaml --show bogus", 2, "unknown part(s) bogus", "--show"),
     # ---- bench and info ----------------------------------------------------------------------------------------
