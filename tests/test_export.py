@@ -448,3 +448,10 @@ def test_headers_of_two_exports_compile_together_as_c_and_cpp(eam_export, tmp_pa
         subprocess.run([compiler, *flags, "-o", exe, src, f"-I{eam_export}", f"-I{tmp_path}", f"-L{eam_export}",
                         "-leam", f"-Wl,-rpath,{eam_export}"], check=True)
         subprocess.run([exe], check=True)
+
+
+def test_a_name_c_cannot_spell_is_bad_input(tmp_path):
+    (tmp_path / "m.yaml").write_text("adgrad: 1\nname: uni\ninputs:\n  ε: {shape: []}\noutputs:\n  W: 2*ε**2\n")
+    res = invoke(tmp_path / "m.yaml", "-o", tmp_path / "out")
+    assert res.exit_code == 2 and "input 'ε' of model 'uni'" in res.output and "ASCII letters" in res.output
+    assert sorted(os.listdir(tmp_path)) == ["m.yaml"]

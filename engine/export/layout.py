@@ -93,6 +93,10 @@ def layout(kernel, name=None) -> Layout:
         d = derivs.get(n)
         outputs.append(Array(n, f"out_{n}", "value", v.shape) if d is None else
                        Array(n, f"out_{n}", "derivative", v.shape, d.of, ",".join(d.wrt), d.kind or ""))
+    for a in inputs + tuple(params) + tuple(outputs):
+        if not C_NAME.match(a.name):
+            raise SpecError(f"{a.kind} '{a.name}' of model '{kernel.model.name}': a native library names its arrays "
+                            f"in C, which takes ASCII letters, digits and _ only; rename it", kernel.model.spec.path)
     expected = [a.arg for a in inputs + tuple(params) + tuple(outputs)] + ["work"]
     actual = list(kernel.point_kernel.py_func.__code__.co_varnames[:kernel.point_kernel.py_func.__code__.co_argcount])
     if actual != expected:          # the point function's order is the contract the wrappers rely on

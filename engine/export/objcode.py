@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from ..codegen.load import STRIDED_BLOCK
+from ..codegen.load import STRIDED_BLOCK, seal
 from ..errors import JobError
 
 # symbols the object code may leave to the C library and libm (numba calls libm's erf, exp, ... directly)
@@ -93,6 +93,7 @@ def kernel_ir(kernel, lay):
         if not wrapper.startswith("cfunc."):
             raise AssertionError(f"numba named a cfunc wrapper {wrapper!r}; expected 'cfunc.<name>'")
         out[entry] = (fn.inspect_llvm(), wrapper[len("cfunc."):])
+    seal(kernel.module)         # the new overloads numba cached beside the kernel (engine/codegen/load.py)
     return out
 
 
