@@ -12,7 +12,9 @@ from .common import reports_errors
 
 
 def run_job(*args, **kwargs):
-    from adgrad.engine.api import run
+    # engine.api.run is this function; engine.job.run imports the compile cache's hook (codegen/load.py)
+    # before any numeric helper, which engine.api's imports do not (engine/codegen/load.py)
+    from adgrad.engine.job.run import run
     return run(*args, **kwargs)
 
 

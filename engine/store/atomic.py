@@ -48,7 +48,9 @@ def atomic_h5(path, **options):
     _remove_stale(directory, name, host)
     tmp = os.path.join(directory, f".{name}.{host}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        f = h5py.File(tmp, "x", **options)     # "x": never clobbers another process's temporary file
+        # "x": never clobbers another process's temporary file. No chunk cache: a write that cannot reach
+        # the disk fails in the body, not later in h5py's clean-up of a dataset (a traceback it prints)
+        f = h5py.File(tmp, "x", **{"rdcc_nbytes": 0, **options})
     except OSError as exc:
         raise DataError(f"{path}: cannot create output file ({os_reason(exc)})") from None
     try:

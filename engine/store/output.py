@@ -171,10 +171,13 @@ class OutputFile:
         if have != want:
             raise DataError(f"{self.path}: cannot resume: the file's datasets {_layout(have)} are not the run's "
                             f"{_layout(want)} (a damaged or edited file); pass --overwrite to start again")
-        if self.digests is not None and self.digests.shape[0] != chunks or self.done > chunks:
-            count = self.done if self.done > chunks else self.digests.shape[0]
-            raise DataError(f"{self.path}: cannot resume: its commit record counts {count} chunks, but the run has "
-                            f"{chunks} (a damaged or edited file); pass --overwrite to start again")
+        if self.digests is not None and self.digests.shape[0] != chunks:
+            raise DataError(f"{self.path}: cannot resume: the file records the checksums of {self.digests.shape[0]} "
+                            f"chunks, but the run has {chunks} (a damaged or edited file); pass --overwrite to start "
+                            f"again")
+        if self.done > chunks:
+            raise DataError(f"{self.path}: cannot resume: its commit record counts {self.done} chunks done, but the "
+                            f"run has {chunks} (a damaged or edited file); pass --overwrite to start again")
 
     def check_in_place(self, path=None):
         """The file being written is still the one at `path` (default: its own path). Every adgrad writer
