@@ -396,7 +396,8 @@ def test_a_full_compile_cache_is_a_warning_and_the_results_are_the_same(tmp_path
         results.append(r.stdout)
     assert results[0] == results[1]
     shutil.rmtree(tmp_path / "cache")
-    r = limited(3000, "check", tmp_path / "config.yaml", "--points", 4, env={"ADGRAD_CACHE_DIR": str(tmp_path / "cache")})
+    r = limited(3000, "check", tmp_path / "config.yaml", "--points", 4,
+                env={"ADGRAD_CACHE_DIR": str(tmp_path / "cache")})
     assert r.returncode == 0 and "comparisons agree" in r.stdout, r.stdout + r.stderr
     assert_one_cache_warning(r.stderr, tmp_path / "cache", "File too large")
 
@@ -542,7 +543,7 @@ def use_helpers(tmp, cache, env=None):
 
 
 def _values(stdout, site):
-    lines = {ln.split(" ", 1)[0]: ln.split(" ", 1)[1] for ln in stdout.splitlines() if ln.startswith(("FROM", "VALUES"))}
+    lines = dict(ln.split(" ", 1) for ln in stdout.splitlines() if ln.startswith(("FROM ", "VALUES ")))
     assert lines["FROM"] == str(site / "adgrad" / "engine" / "__init__.py"), lines     # the copy, not the checkout
     return lines["VALUES"]
 

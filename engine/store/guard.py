@@ -1,7 +1,8 @@
 """Never write over what a command reads (or, for merge, what its shards were computed from): the files
-a run, a sample or a merge reads, and the check that an output path is none of them (by device and inode, after following links, so `-o ./sub/../in.h5`,
-a hard link or a symbolic link to the input are all caught), is a regular file or absent, and that
-every input is a regular file (a FIFO would block the reader forever)."""
+a run, a sample or a merge reads, and the check that an output path is none of them (by device and
+inode, after following links, so `-o ./sub/../in.h5`, a hard link or a symbolic link to the input are
+all caught), is a regular file or absent, and that every input is a regular file (a FIFO would block
+the reader forever)."""
 from __future__ import annotations
 
 import os

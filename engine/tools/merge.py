@@ -210,7 +210,8 @@ def _write(out, shards, copy):
                 layout = h5py.VirtualLayout(shape=(m,) + shape, dtype=dtype)
                 for s, src in zip(shards, rel):
                     if s.row_stop > s.row_start:
-                        layout[s.row_start:s.row_stop] = h5py.VirtualSource(src, name, shape=(s.row_stop - s.row_start,) + shape)
+                        layout[s.row_start:s.row_stop] = h5py.VirtualSource(
+                            src, name, shape=(s.row_stop - s.row_start,) + shape)
                 fill = np.nan if np.issubdtype(dtype, np.floating) else 0
                 f.create_virtual_dataset(name, layout, fillvalue=fill)   # a lost source reads NaN, not 0
         for name, (shape, dtype) in first.reduced.items():
