@@ -53,20 +53,25 @@ def cu():
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """Model files made for these tests: lj (no potential: no cutoff of its own), cuni (LAMMPS's CuNi
-    alloy), vector (the copper model with a second output of shape (3,))."""
+    """Model files made for these tests: lj (no potential: no cutoff of its own), flat (lj on R [N, 2]),
+    cuni (LAMMPS's CuNi alloy), vector (the copper model with a second output of shape (3,))."""
     root = tmp_path_factory.mktemp("ase_models")
     (root / "lj.yaml").write_text(LJ)
+    (root / "flat.yaml").write_text(LJ.replace("R: [N, 3]", "R: [N, 2]"))
     text = CU.read_text()
     (root / "cuni.yaml").write_text(re.sub(r"\{potential: [^}]*\}",
                                            f"{{potential: {lo.potential('CuNi.eam.alloy')}, elements: [Cu, Ni]}}", text))
     text = text.replace("../data/", f"{ROOT / 'data'}/")
     (root / "vector.yaml").write_text(text.replace("outputs:\n", "outputs:\n  V: R[0]\n"))
-    return {name: root / f"{name}.yaml" for name in ("lj", "cuni", "vector")}
+    return {name: root / f"{name}.yaml" for name in ("lj", "flat", "cuni", "vector")}
 
 
 # ---- the constructor's arguments ---------------------------------------------------------------------------
 ARGUMENTS = [  # (id, model, keyword arguments, phrases of the message)
+    ("a model of other inputs", ROOT / "configs" / "eam_model.yaml", dict(cutoff=5.0),
+     ["eam_model.yaml: a site-energy model has inputs R, valid and optionally s, sn; this one has x"]),
+    ("R of two columns", "flat", dict(cutoff=5.0), ["flat.yaml: a site-energy model's inputs are R [N, 3]",
+                                                    "this one has R [8, 2], valid [8]"]),
     ("cutoff below the model's", CU, dict(cutoff=4.0, species={"Cu": 0}),
      ["cutoff=4 A is smaller than the model's cutoff 6 A", "params.cu: cutoff", "cu_eam_model.yaml"]),
     ("cutoff below SW's largest cut", SW, dict(cutoff=3.5), ["smaller than the model's cutoff 3.77118 A", "cut"]),

@@ -61,6 +61,12 @@ class AdgradCalculator(Calculator):
         if not {"R", "valid"} <= set(self.inputs) <= {"R", "valid", "s", "sn"}:
             raise ValueError(f"{self.path}: a site-energy model has inputs R, valid and optionally s, sn; "
                              f"this one has {', '.join(self.inputs)}")
+        shapes = {name: v.shape for name, v in declared.graph.inputs.items()}
+        n = shapes["R"][0] if len(shapes["R"]) == 2 else None
+        want = {"R": (n, 3), "valid": (n,), "s": (), "sn": (n,)}
+        if n is None or any(shape != want[name] for name, shape in shapes.items()):
+            raise ValueError(f"{self.path}: a site-energy model's inputs are R [N, 3], valid [N] and optionally s [] and "
+                             f"sn [N]; this one has " + ", ".join(f"{k} {list(v)}" for k, v in shapes.items()))
         outputs = declared.graph.outputs
         if not isinstance(energy, str) or energy not in outputs:
             raise ValueError(f"energy={energy!r} is not an output of {self.path} (its outputs: {', '.join(outputs)})")
