@@ -12,7 +12,8 @@ object code for the CPU asked for.
 The IR is the one numba optimized for this machine; LLVM legalizes its vector widths for another
 CPU. No pass here reorders floating-point arithmetic (the kernels carry no fast-math flags and
 llvm.fma is correctly rounded on every CPU: an instruction, or libm's fma without one), so the
-library computes `kernel.evaluate`'s bits on any x86-64.
+library computes `kernel.evaluate`'s bits for any CPU target (a `math: libm` kernel's exp, log, ...
+are the C library's, as numba's are: the same bits on the same machine).
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def inner_name(prefix, entry, variant=""):
 
 def wrapper_source(lay):
     """Python source of the three cfuncs' bodies, calling the kernel module's point, batch and
-    strided with carray views of the raw pointers (the same array kinds, one workspace row each)."""
+    strided with C-contiguous carray views of the raw pointers (one workspace row each)."""
     w = lay.workspace_size
 
     def view(a, rows=None):
