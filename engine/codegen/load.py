@@ -289,6 +289,7 @@ def load(source):
     except OSError as exc:
         _cannot_write(exc)
         mod = _load_uncached(name, digest, source)
+    _adopt()            # any adgrad dispatcher made before the hook, in a module still importing then
     return mod
 
 
@@ -467,7 +468,7 @@ def _cannot_write(exc):
 # kernels, adgrad_kernel_*) an _AdgradCache, and every other function numba's own cache as before:
 # - _Locator keeps a kernel's code in __pycache__ beside its k_<digest>.py (sealed and verified
 #   above), and a helper's in helpers/<module>-<tag>/__pycache__ in the compile cache, `tag` hashing
-#   the helper's source file and the numeric modules (a helper inlines the helpers it calls, so
+#   the helper's source file and every numeric module (a helper inlines the helpers it calls, so
 #   another version of either is another directory, never a stale entry); that directory is verified
 #   against its checksums before numba reads it, and sealed at exit, as a kernel's entry is;
 # - a file that cannot be read is a miss, one that cannot be written a one-line warning.
@@ -510,10 +511,21 @@ class _Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
 
 @functools.cache
 def _helper_entry(module, py_file):
-    h = hashlib.sha256(_helpers_fingerprint().encode())
+    h = hashlib.sha256(_numeric_fingerprint().encode())
     with open(py_file, "rb") as f:
         h.update(f.read())
     return os.path.join(_cache_root(), "helpers", f"{module}-{h.hexdigest()[:16]}", os.path.basename(py_file))
+
+
+@functools.cache
+def _numeric_fingerprint():
+    """A hash of every module of engine/numeric (the helpers any other helper may call)."""
+    h = hashlib.sha256()
+    numeric = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "numeric")
+    for name in sorted(n for n in os.listdir(numeric) if n.endswith(".py")):
+        with open(os.path.join(numeric, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()
 
 
 class _Impl(caching.CompileResultCacheImpl):

@@ -15,6 +15,7 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 
 from ..errors import DataError, JobError
 
@@ -32,8 +33,8 @@ def output_lock(output, command="adgrad"):
     output = os.fspath(output)
     path = lock_path(output)
     while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:        # never through a link, never blocking on a FIFO: the name is in a directory others may write
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except OSError as exc:
             d = os.path.dirname(path)
             if not os.path.isdir(d):
@@ -42,7 +43,14 @@ def output_lock(output, command="adgrad"):
                                 f"a directory); create it first") from None
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):     # no room for even an empty file
                 raise JobError(f"{output}: cannot write ({exc.strerror}); nothing was written") from None
+            if exc.errno in (errno.ELOOP, errno.EISDIR):
+                raise _foreign(output, path, "a symbolic link" if exc.errno == errno.ELOOP else "a directory")
             raise DataError(f"{output}: cannot create the lock file {path} ({exc.strerror})") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:     # truncated below: never another file's
+            os.close(fd)
+            raise _foreign(output, path, "a hard link to another file" if stat.S_ISREG(st.st_mode) else
+                           "not a regular file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -62,6 +70,11 @@ def output_lock(output, command="adgrad"):
         with contextlib.suppress(OSError):
             os.remove(path)
         os.close(fd)
+
+
+def _foreign(output, path, what):
+    return DataError(f"{output}: the lock file {path} is {what}, which adgrad never makes; remove it if no adgrad "
+                     f"command is writing {os.path.basename(output)}")
 
 
 def _same_file(fd, path):
