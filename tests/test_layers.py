@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     [("cli", ["cli"]), ("adapters", ["adapters"])],
     [("api", ["engine.api", "engine"])],
-    [("job", ["engine.job"]), ("tools", ["engine.tools"])],
+    [("job", ["engine.job"]), ("tools", ["engine.tools"]), ("export", ["engine.export"])],
     [("storage", ["engine.store"]), ("compile", ["engine.compile"])],
     [("kernel", ["engine.kernel", "engine.arguments"])],
     [("codegen", ["engine.codegen"])],
