@@ -59,8 +59,8 @@ def models(tmp_path_factory):
     (root / "lj.yaml").write_text(LJ)
     (root / "flat.yaml").write_text(LJ.replace("R: [N, 3]", "R: [N, 2]"))
     text = CU.read_text()
-    (root / "cuni.yaml").write_text(re.sub(r"\{potential: [^}]*\}",
-                                           f"{{potential: {lo.potential('CuNi.eam.alloy')}, elements: [Cu, Ni]}}", text))
+    cuni = f"{{potential: {lo.potential('CuNi.eam.alloy')}, elements: [Cu, Ni]}}"
+    (root / "cuni.yaml").write_text(re.sub(r"\{potential: [^}]*\}", cuni, text))
     text = text.replace("../data/", f"{ROOT / 'data'}/")
     (root / "vector.yaml").write_text(text.replace("outputs:\n", "outputs:\n  V: R[0]\n"))
     return {name: root / f"{name}.yaml" for name in ("lj", "flat", "cuni", "vector")}
@@ -378,3 +378,28 @@ def test_neighbour_list_equals_brute_force():
         i = np.repeat(np.arange(n), np.diff(first))
         assert set(zip(i.tolist(), j.tolist(), map(tuple, S.tolist()))) == brute_force(x, cell, pbc, reach)
         assert len(j) == len(set(zip(i.tolist(), j.tolist(), map(tuple, S.tolist()))))     # no pair twice
+
+
+def test_atoms_many_cells_outside_are_their_images(cu):
+    """Atoms moved by whole cell vectors (up to 10^6 cells, as an MD run that never wraps drifts): the same
+    pairs, their shifts S changed by the cells moved, and the same energies and forces to the precision
+    left in the moved coordinates."""
+    atoms = bulk("Cu", "fcc", a=3.615).repeat((3, 2, 2))            # triclinic primitive cells, 12 atoms
+    atoms.rattle(0.1, seed=6)
+    rng = np.random.default_rng(6)
+    for span in (3, 10 ** 6):
+        moved = atoms.copy()
+        cells = rng.integers(-span, span + 1, (len(atoms), 3))
+        moved.positions += cells @ atoms.cell.array
+        basis, inverse = lattice(atoms.cell.array, atoms.pbc)
+        lists = [neighbour_list(a.positions, basis, inverse, a.pbc, 6.5) for a in (atoms, moved)]
+        pairs = []
+        for (first, j, S), shift in zip(lists, (np.zeros_like(cells), cells)):
+            i = np.repeat(np.arange(len(atoms)), np.diff(first))
+            pairs.append(set(zip(i.tolist(), j.tolist(), map(tuple, (S + shift[j] - shift[i]).tolist()))))
+        assert pairs[0] == pairs[1] and len(pairs[0]) > 40 * len(atoms)
+        moved.calc = cu
+        atol = 1e-12 * span * 10
+        np.testing.assert_allclose(moved.get_potential_energies(), cu.get_potential_energies(atoms), rtol=0, atol=atol)
+        np.testing.assert_allclose(moved.get_forces(), cu.get_forces(atoms), rtol=0, atol=10 * atol)
+        np.testing.assert_allclose(moved.get_stress(), cu.get_stress(atoms), rtol=0, atol=atol)

@@ -1,6 +1,6 @@
 """The calculator's neighbour list, in memory that follows the atoms and their neighbours.
 
-matscipy's neighbour_list bins the whole cell: 4 atoms in a periodic cube of 10^4 A took 1.8 GB and
+matscipy's neighbour_list bins the whole cell: 4 atoms in a periodic cube of 10^4 A took 1.7 GiB and
 4.7 s there (bins of the cutoff's size over the box). Here the atoms are wrapped into the cell, the
 periodic images that lie within reach of it are added as ghosts (a parallelepiped's margin: per atom a
 product of index ranges, counted before anything is allocated), and the points are binned on a grid
@@ -57,8 +57,9 @@ def neighbour_list(positions, basis, inverse, pbc, reach):
         raise ValueError(f"atom {i} is {np.abs(k[i]).max():.3g} cell lengths outside the periodic cell: its position "
                          f"{x[i].tolist()} cannot be wrapped into the cell to a useful precision")
     # a point within reach of the (wrapped) atoms lies within reach / h_c of the cell's faces, h_c their
-    # distance; the margin's few ulps keep an atom wrapped to 1 - eps from losing an image
-    margin = np.where(periodic, reach / face_distances(inverse) * (1 + 1e-9) + 1e-9, 0.0)
+    # distance; the margin's slack covers the rounding of f and of the wrapped positions (ulps of |f|)
+    slack = 1e-9 + 1e-14 * (np.abs(f).max() + np.abs(k).max() if n else 0.0)
+    margin = np.where(periodic, reach / face_distances(inverse) * (1 + 1e-9) + slack, 0.0)
     lo = np.where(periodic, np.ceil(-margin - f), 0.0)
     hi = np.where(periodic, np.floor(1.0 + margin - f), 0.0)
     images = np.prod(hi - lo + 1.0, axis=1).sum() - n if n else 0.0
@@ -96,12 +97,15 @@ def _search(x, basis, k, lo, hi, images, reach):
                     origin[q], S0[q, 0], S0[q, 1], S0[q, 2] = a, s0, s1, s2
                     q += 1
     # bins of at least the reach (a pair within reach is in neighbouring bins), at most MAX_BINS a direction
-    # (a point's coordinates round differently from the vector tested below: `wide` is the reach with room
-    # for that, a few ulps of the largest coordinate)
-    scale = 0.0
+    # (a point's coordinates round differently from the vector tested below, x_j - x_i + S cell: `wide` is the
+    # reach with room for that, a few ulps of the largest coordinate of a point, an atom and S cell)
+    largest = 0.0
     for q in range(m):
-        scale = max(scale, abs(p[q, 0]), abs(p[q, 1]), abs(p[q, 2]))
-    wide = reach * (1 + 1e-9) + 1e-13 * scale
+        largest = max(largest, abs(p[q, 0]), abs(p[q, 1]), abs(p[q, 2]))
+    unwrapped = 0.0
+    for a in range(n):
+        unwrapped = max(unwrapped, abs(x[a, 0]), abs(x[a, 1]), abs(x[a, 2]))
+    wide = reach * (1 + 1e-9) + 1e-13 * (largest + 2 * unwrapped)
     low = np.zeros(3)
     size = np.empty(3)
     nb = np.ones(3, dtype=np.int64)
