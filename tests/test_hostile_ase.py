@@ -68,6 +68,7 @@ def models(tmp_path_factory):
 
 # ---- the constructor's arguments ---------------------------------------------------------------------------
 ARGUMENTS = [  # (id, model, keyword arguments, phrases of the message)
+    ("model not a path", None, dict(cutoff=5.0), ["model=None: give the path of a model file"]),
     ("a model of other inputs", ROOT / "configs" / "eam_model.yaml", dict(cutoff=5.0),
      ["eam_model.yaml: a site-energy model has inputs R, valid and optionally s, sn; this one has x"]),
     ("R of two columns", "flat", dict(cutoff=5.0), ["flat.yaml: a site-energy model's inputs are R [N, 3]",

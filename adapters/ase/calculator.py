@@ -27,7 +27,8 @@ from adgrad.engine.potentials import Potential
 from .neighbours import lattice, neighbour_list
 
 SLOTS = 8       # neighbour slots grow in multiples of this, so an MD run does not recompile every few steps
-CUTOFFS = {"eam": "cutoff", "eam/alloy": "cutoff", "eam/fs": "cutoff", "sw": "cut", "tersoff": "cut"}   # format -> constant
+# a potential format -> its constant that is the cutoff
+CUTOFFS = {"eam": "cutoff", "eam/alloy": "cutoff", "eam/fs": "cutoff", "sw": "cut", "tersoff": "cut"}
 FLAT = 1e-12    # periodic cell vectors whose smallest singular value is below this fraction of the largest: dependent
 
 
@@ -55,6 +56,8 @@ class AdgradCalculator(Calculator):
 
     def __init__(self, model, cutoff=None, species=None, skin=0.5, energy="E", **kwargs):
         super().__init__(**kwargs)
+        if not isinstance(model, (str, os.PathLike)):
+            raise ValueError(f"model={model!r}: give the path of a model file")
         self.path = os.fspath(model)
         declared = load_model(self.path)
         self.inputs, self.sized = tuple(declared.graph.inputs), "N" in declared.spec.sizes
@@ -65,8 +68,8 @@ class AdgradCalculator(Calculator):
         n = shapes["R"][0] if len(shapes["R"]) == 2 else None
         want = {"R": (n, 3), "valid": (n,), "s": (), "sn": (n,)}
         if n is None or any(shape != want[name] for name, shape in shapes.items()):
-            raise ValueError(f"{self.path}: a site-energy model's inputs are R [N, 3], valid [N] and optionally s [] and "
-                             f"sn [N]; this one has " + ", ".join(f"{k} {list(v)}" for k, v in shapes.items()))
+            raise ValueError(f"{self.path}: a site-energy model's inputs are R [N, 3], valid [N] and optionally s [] "
+                             f"and sn [N]; this one has " + ", ".join(f"{k} {list(v)}" for k, v in shapes.items()))
         outputs = declared.graph.outputs
         if not isinstance(energy, str) or energy not in outputs:
             raise ValueError(f"energy={energy!r} is not an output of {self.path} (its outputs: {', '.join(outputs)})")
