@@ -304,7 +304,7 @@ def test_a_slab_needs_no_third_cell_vector(cu):
 
 # ---- memory follows the atoms, not the cell ----------------------------------------------------------------
 def test_a_sparse_periodic_box_equals_the_free_atoms(cu):
-    """4 atoms in periodic cubes up to 10^7 A (matscipy's list binned the whole cell: 1.9 GB at 10^4 A),
+    """4 atoms in periodic cubes up to 10^7 A (matscipy's list binned the whole cell: 1.7 GiB at 10^4 A),
     one pair across the boundary: the energies and forces of the same atoms unwrapped and free, and their
     virial over the volume."""
     free = Atoms("Cu4", positions=[[0, 0, 0], [2.5, 0, 0], [-2.2, 0.4, 0.1], [50, 50, 50]], calculator=cu)
