@@ -163,11 +163,12 @@ def test_sample_overwrite_cannot_replace_the_output_of_a_running_run(tmp_path):
                             str(tmp_path / "config.yaml"), "--chunk", "50", "-q"], stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not Path(lock_path(out)).exists():
+        lock = Path(lock_path(out))
+        while not (lock.exists() and lock.read_text().endswith("\n")):     # taken, its holder written
             assert run.poll() is None and time.monotonic() < deadline, "the run never took its lock"
             time.sleep(0.002)
         run.send_signal(signal.SIGSTOP)
-        holder = Path(lock_path(out)).read_text()
+        holder = lock.read_text()
         assert holder.startswith(f"adgrad run, pid {run.pid} on host"), holder
         r = adgrad_process("sample", tmp_path / "model.yaml", "-n", 10, "-o", out, "--overwrite")
         assert_refused(r.returncode, r.stderr, f"another adgrad run is writing this output (adgrad run, pid {run.pid}",
