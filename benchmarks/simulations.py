@@ -130,7 +130,8 @@ def main(argv=None):
     print(SPREAD_NOTE + " (passes)")
     for timed, n in results:
         ratio = timed["matscipy EAM"][1] / timed["adgrad, skin 0"][1]
-        print(f"target at {n:,} atoms: matscipy EAM / adgrad, skin 0 (each rebuilds its list every step) >= 3: {ratio:.2f}")
+        print(f"target at {n:,} atoms: matscipy EAM / adgrad, skin 0 (each rebuilds its list every step) >= 3: "
+              f"{ratio:.2f}")
     if not args.md_only:
         import felupe_material
         print()

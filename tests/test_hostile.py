@@ -433,13 +433,15 @@ ROWS = [
         "{t}/m.yaml:6:104: ", models("inputs:\n  x: [3]\nparams:\n  p: " + "[" * 10000 + "1" + "]" * 10000
                                      + "\noutputs:\n  y: x\n")),
     row("check: a constant species index out of range", "check " + M, 2,
-        "species index 1 is out of range: this lookup has 1 species", M_Y, potential(5, "2001", "2001", "cu.F[1](x[0])")),
+        "species index 1 is out of range: this lookup has 1 species", M_Y,
+        potential(5, "2001", "2001", "cu.F[1](x[0])")),
     # ---- potential files (every number finite, every count checked, at file:line:col) ----------------------------
     row("potential file: dr = inf", "explain " + M, 2, "dr: 'inf' is not a finite number", "{t}/p.eam.alloy:5:32: ",
         potential(5, "0.003", "inf")),
     row("potential file: NaN in F(rho)", "explain " + M, 2, "'nan' is not a finite number", "{t}/p.eam.alloy:7:1: ",
         potential(7, "1.1102230246251565e-16", "nan")),
-    row("potential file: Nr = 1e3", "check " + M, 2, "1e3", "{t}/p.eam.alloy:5:", potential(5, " 2001 0.003", " 1e3 0.003")),
+    row("potential file: Nr = 1e3", "check " + M, 2, "1e3", "{t}/p.eam.alloy:5:",
+        potential(5, " 2001 0.003", " 1e3 0.003")),
     row("potential file: 17M-node table", "check " + M, 2, "more than the limit", "{t}/p.eam.alloy:5:",
         potential(5, "2001 0.021175871000000002 2001", "17000000 0.021175871000000002 2001")),
     row("check --points 10**30", f"check {{t}}/model.yaml --points {10 ** 30}", 2, "is not in the range", "'--points'"),
