@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
-from . import arguments
-from .compile import compile_model
+from .compile import compile_model       # first: codegen/load.py gives adgrad's numba helpers adgrad's cache
+from . import arguments  # noqa: I001
 from .kernel import CompiledKernel
 from .model import LoadedModel, build
 from .spec import load_model_file

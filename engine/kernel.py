@@ -22,8 +22,8 @@ import numba
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from . import arguments
-from .codegen.load import STRIDED_BLOCK, seal
+from .codegen.load import STRIDED_BLOCK, seal    # first: it gives the numba helpers below adgrad's cache
+from . import arguments  # noqa: I001
 from .ir.core import Graph
 from .numeric.exactsum import ExactSum
 

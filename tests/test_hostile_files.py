@@ -651,12 +651,9 @@ def test_a_read_only_source_tree_and_home_work_from_the_command_line(copied_tree
     assert nb_files(t / "cache" / "helpers")
 
 
-@pytest.mark.xfail(strict=True, reason="engine/api.py imports engine/arguments.py, and so engine/numeric/exactsum.py, "
-                   "before engine/compile.py: numba decorates ExactSum's helpers before codegen/load.py gives adgrad's "
-                   "functions adgrad's cache, and with the package and home read-only numba finds no cache directory "
-                   "(RuntimeError on import). Fix outside this file's authors' files: import .compile first in "
-                   "engine/api.py, or (order-independent) move load.py's hook to engine/numeric")
 def test_a_read_only_source_tree_and_home_work_from_the_api(copied_tree, read_only):
+    """The API (engine/api.py imports engine/compile.py, and so codegen/load.py's hook, before any module
+    with numba helpers) with the package and home read-only: every helper is cached in ADGRAD_CACHE_DIR."""
     t, (site, env) = copied_tree, read_only
     r = subprocess.run([sys.executable, "-c", USE_HELPERS.format(user=str(t / "user"), model=str(t / "model.yaml"))],
                        capture_output=True, text=True, timeout=600, cwd=t, env=env)
