@@ -2,6 +2,7 @@
 (codegen/), the cached module, and the kernel object (kernel.py)."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 from .ad import select
 from .ad.transform import jacobian_forward, jacobian_reverse
 from .codegen.emit import Emitter
-from .codegen.load import load, module_source
+from .codegen.load import is_cold, load, module_source
 from .codegen.vector import lanes_fit
 from .errors import SpecError
 from .ir.core import Builder, Graph, Var
@@ -43,14 +44,19 @@ def default_requests(model: LoadedModel):
 MATH = ("vector", "libm")
 
 
-def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, math="vector") -> CompiledKernel:
+def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, math="vector",
+                  log=None) -> CompiledKernel:
     """Compile values and derivatives into one point kernel and a parallel batch driver.
 
     derivatives: (of, wrt) pairs; wrt is a name or a list of two names (second derivative), or
     DerivativeRequest objects (which may carry their own mode). values: output names (default all).
     math: "vector" (engine/numeric/vecmath.py's functions in loop nests that vectorize, see
     engine/codegen/vector.py) or "libm" (libm calls everywhere: numpy's bits).
+    log: called with one line before a kernel that is not in the compile cache is compiled, and with
+    its time after (the CLI prints them on stderr). The kernel's `cold` says whether this call compiled
+    it, `compile_seconds` how long compile_model took.
     """
+    start = time.perf_counter()
     if math not in MATH:
         raise SpecError(f"math must be 'vector' or 'libm', got {math!r}")
     graph, derivs = _results(model, derivatives, mode, values)
@@ -65,12 +71,20 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, 
     em, body = _emit(scalar or graph, graph, math, lanes=scalar is not None and lanes_fit(scalar, math))
     per_point = [True] * len(graph.inputs) + [False] * len(graph.params) + [True] * len(graph.outputs)
     source = module_source(model.name, em.globals, em.args, body, per_point, math, em.lanes)
-    kernel = CompiledKernel(model, graph, derivs, source, load(source), em.work_size,
+    module = load(source)
+    cold = is_cold(module)
+    if cold and log:
+        log(f"compiling {model.name} (first use of this model and these derivatives)")
+    kernel = CompiledKernel(model, graph, derivs, source, module, em.work_size,
                             {n: v.shape for n, v in graph.outputs.items()},
                             frozenset(d.name for d in derivs if d.kind == "sum"), scalar is not None, scalar or graph,
                             math, tuple(em.calls), lanes=bool(em.lanes),
                             in_output_rows=tuple((em.names[v], out[4:]) for v, out in em.staged.items()))
     kernel.evaluate({n: np.empty((0,) + v.shape) for n, v in graph.inputs.items()})   # jit (or load) now
+    module._adgrad_cold = False         # compiled: warm for the rest of the process
+    kernel.cold, kernel.compile_seconds = cold, time.perf_counter() - start
+    if cold and log:
+        log(f"compiled {model.name} in {kernel.compile_seconds:.1f} s")
     return kernel
 
 

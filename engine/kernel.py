@@ -87,6 +87,8 @@ class CompiledKernel:
     serial_below: int = SERIAL_BELOW    # calls on fewer points run on the calling thread
     lanes: bool = False         # straight-line code run across points (engine/codegen/vector.py lanes_fit)
     in_output_rows: tuple = ()  # (value, output): values kept in an output's row (engine/codegen/plan.py staged)
+    cold: bool = False          # compile_model compiled it (not in the compile cache, not loaded in this process)
+    compile_seconds: float = 0.0    # how long compile_model took
 
     @property
     def point_kernel(self):

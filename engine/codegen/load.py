@@ -293,8 +293,15 @@ def load(source):
     return mod
 
 
+def is_cold(module):
+    """Whether the first call of `module`'s functions compiles them: numba's cache held no verified code
+    for them when load imported it (a loaded module is warm for the rest of the process)."""
+    return getattr(module, "_adgrad_cold", False)
+
+
 def _load_cached(name, digest, source):
     path = os.path.join(cache_dir(), f"k_{digest}.py")
+    cold = True
     if not _holds(path, source):
         if os.path.exists(path):
             _warn(f"the cached kernel source {path} was damaged; rewritten")
@@ -307,8 +314,10 @@ def _load_cached(name, digest, source):
                   f"damaged; discarded, recompiling")
         if state != "ok":           # unverified (never sealed: an older adgrad, a crash): rebuilt quietly
             _discard_numba_cache(path)
+        cold = state != "ok"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
+    mod._adgrad_cold = cold
     sys.modules[name] = mod
     try:
         spec.loader.exec_module(mod)    # runs source that our code generator wrote, nothing else
@@ -327,6 +336,7 @@ def _load_uncached(name, digest, source):
     linecache.cache[path] = (len(text), None, text.splitlines(True), path)
     mod = types.ModuleType(name)
     mod.__file__ = path
+    mod._adgrad_cold = True
     sys.modules[name] = mod
     try:
         exec(compile(text, path, "exec"), mod.__dict__)     # source that our code generator wrote
