@@ -15,10 +15,12 @@ from .common import load_model_or_config, reports_errors
               help="CPU to build for: any x86-64, a microarchitecture level (v3: AVX2 and FMA), or this machine's.")
 @click.option("--mode", type=click.Choice(["auto", "forward", "reverse", "manual"]), default=None,
               help="Override the mode (default: the config's, else auto).")
+@click.option("--umat", is_flag=True,
+              help="Add an Abaqus UMAT (for CalculiX and other FE codes) as the model's export: umat: section says.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing export in the directory.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @reports_errors
-def export(model_or_config, directory, name, cpu, mode, overwrite, quiet):
+def export(model_or_config, directory, name, cpu, mode, umat, overwrite, quiet):
     """Write the compiled model as a shared library with a C ABI and its header.
 
     The library holds the same compiled kernel `adgrad run` uses (a config's values and derivatives;
@@ -27,13 +29,24 @@ def export(model_or_config, directory, name, cpu, mode, overwrite, quiet):
     (a point call, a batch call over n points with strides and threads, params, metadata) are
     described in docs/native.md. Needs a C compiler and linker (cc, or $CC).
 
+    With --umat the library computes what the model's (or the config's) `export: umat:` section
+    names, the stress, its tangent and the state, and adds an Abaqus UMAT: CalculiX loads it as the
+    material @ABAQUS_<NAME>_UMAT (@ABAQUSNL_ for finite strain) from lib<NAME>.so, NAME in upper
+    case (default: the model's name, upper case without '_').
+
     \b
     Example:
       adgrad export configs/eam.yaml -o build/eam
       adgrad export configs/models/j2_voce.yaml -o build/j2 --name j2 --cpu host --overwrite
+      adgrad export configs/models/j2_voce.yaml --umat -o build/j2umat
     """
     model, config = load_model_or_config(model_or_config)
     from adgrad.engine.export.build import export_model
-    done = export_model(model, config, directory, mode=mode, name=name, cpu=cpu, overwrite=overwrite)
+    done = export_model(model, config, directory, mode=mode, umat=umat, name=name, cpu=cpu, overwrite=overwrite)
     if not quiet:
         click.echo(f"model '{model.name}' -> {done.library} and {done.header} (cpu {done.cpu}) in {done.seconds:.1f} s")
+        if done.umat:
+            u = done.umat
+            click.echo(f"UMAT: *MATERIAL, NAME={u['material']}; *DEPVAR {u['nstatv']}; *USER MATERIAL, "
+                       f"CONSTANTS={u['nprops']} ({', '.join(p['param'] for p in u['props']) or 'none'}); "
+                       f"LD_LIBRARY_PATH={done.directory}")

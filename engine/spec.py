@@ -56,6 +56,36 @@ class SolveDecl:
 
 
 SOLVE_KEYS = ("solve", "init", "tol", "max_iter")
+
+
+# export.umat: the stress measures a finite-strain UMAT's stress output may be (a gradient of an energy
+# wrt F is the first Piola-Kirchhoff stress); a small-strain model's stress is the stress
+UMAT_MEASURES = ("first_piola", "second_piola", "cauchy", "kirchhoff")
+UMAT_KEYS = ("strain", "F", "stress", "measure", "state", "props")
+
+
+@dataclass(frozen=True)
+class UmatDecl:
+    """export.umat: the model as an Abaqus UMAT (docs/native.md): the 3x3 input the strain (small
+    strain) or the deformation gradient (finite strain) comes in, the stress (an output, or the
+    gradient d{W}_d{input} of a scalar output), the state (each new state output with the input
+    holding its old value, in STATEV's order) and the params read from PROPS, in order."""
+    kinematics: str             # "strain" | "F"
+    input: str                  # the strain or F input
+    stress: str                 # an output, or d{energy}_d{input}
+    energy: str | None          # the scalar output whose gradient is the stress, else None
+    measure: str                # "strain": "small"; "F": one of UMAT_MEASURES
+    state: tuple                # ((new output, old input), ...)
+    props: tuple                # param names
+    loc: Loc                    # the umat: mapping
+    locs: dict                  # key ("stress", "state.<output>", "props.<param>", ...) -> Loc of its value
+
+
+@dataclass(frozen=True)
+class ExportDecl:
+    """export: how a native library presents the model (engine/export)."""
+    umat: UmatDecl | None
+    loc: Loc
 SOLVE_TOL = 1e-12
 SOLVE_MAX_ITER = 25
 
@@ -122,6 +152,7 @@ class Model:
     outputs: dict               # name -> Expr
     derivatives: dict           # "d{of}_d{wrt}" -> Expr (hand-written, used by mode: manual)
     sizes: dict = field(default_factory=dict)   # name -> int: the named sizes its shapes use
+    export: ExportDecl | None = None            # its export: section
 
 
 def derivative_name(of, wrt, kind=""):
@@ -214,6 +245,7 @@ class Config:
     compute: ComputeSection
     engine: EngineSection
     loc: dict = field(default_factory=dict)   # section name -> Loc, for data errors
+    export: ExportDecl | None = None          # its export: section (in place of the model's)
 
 
 MODES = ("auto", "forward", "reverse", "manual")
@@ -601,21 +633,24 @@ def _derivatives(doc, node):
 
 def _model_from_doc(doc, input_shapes=None, sizes=None, size_error=None):
     allowed = ("adgrad", "name", "description", "sizes", "inputs", "params", "functions", "let", "outputs",
-               "derivatives")
+               "derivatives", "export")
     top = doc.mapping(doc.root, "model", allowed=allowed, required=("inputs", "outputs"))
     _check_version(doc, top, "model")
     base_dir = os.path.dirname(os.path.abspath(doc.path))
     names = _Names(doc)
     doc.sizes = _sizes(doc, top.get("sizes"), names, sizes or {}, size_error)
     get = lambda k, d: str(doc.value(top[k])) if k in top else d   # noqa: E731
-    return Model(get("name", os.path.splitext(os.path.basename(doc.path))[0]), get("description", ""),
-                 doc.path, doc.text, sizes=dict(doc.sizes),
-                 inputs=_inputs(doc, top["inputs"], names, input_shapes),
-                 params=_params(doc, top.get("params"), names, base_dir),
-                 functions=_functions(doc, top.get("functions"), names),
-                 lets=_lets(doc, top.get("let"), names),
-                 outputs=_outputs(doc, top["outputs"]),
-                 derivatives=_derivatives(doc, top.get("derivatives")))
+    model = Model(get("name", os.path.splitext(os.path.basename(doc.path))[0]), get("description", ""),
+                  doc.path, doc.text, sizes=dict(doc.sizes),
+                  inputs=_inputs(doc, top["inputs"], names, input_shapes),
+                  params=_params(doc, top.get("params"), names, base_dir),
+                  functions=_functions(doc, top.get("functions"), names),
+                  lets=_lets(doc, top.get("let"), names),
+                  outputs=_outputs(doc, top["outputs"]),
+                  derivatives=_derivatives(doc, top.get("derivatives")))
+    if "export" not in top:
+        return model
+    return dataclasses.replace(model, export=_export(doc, top["export"], model))
 
 
 def _sizes(doc, node, names, overrides, size_error=None):
@@ -653,10 +688,132 @@ def load_model_file(path, input_shapes=None, sizes=None, argument_error=None):
     return model
 
 
+# ---- export: (a model's or a config's) -------------------------------------------------------------
+def _export(doc, node, model):
+    """export: {umat: {...}}: how a native library presents the model (docs/native.md)."""
+    e = doc.mapping(node, "export", allowed=("umat",))
+    key = next((k for k, _ in node.value if doc.value(k) == "umat"), None)
+    umat = _umat(doc, key, e["umat"], model) if "umat" in e else None
+    return ExportDecl(umat, doc.loc(node))
+
+
+def _umat(doc, key, node, model):
+    """export.umat (`key` its key's node): checked against the model's names and declared shapes
+    here; the shapes of its outputs are checked when the kernel is built (engine/export/umat.py)."""
+    where = "export.umat"
+    if not isinstance(node, yaml.MappingNode):
+        raise doc.error(key, f"{where} must be a mapping")
+    e = doc.mapping(node, where, allowed=UMAT_KEYS)
+    if "stress" not in e:
+        raise doc.error(key, f"{where}: missing required key 'stress'")
+    locs = {k: doc.loc(n) for k, n in e.items()}
+    given = [k for k in ("strain", "F") if k in e]
+    if len(given) != 1:
+        raise doc.error(e[given[1]] if given else key,
+                        f"{where}: name the input a UMAT fills, the strain (strain:, small strain) or the "
+                        f"deformation gradient (F:, finite strain): one of them")
+    kin = given[0]
+    x = _umat_name(doc, e[kin], f"{where}.{kin}")
+    if x not in model.inputs:
+        raise doc.error(e[kin], f"{where}.{kin}: '{x}' is not an input of model '{model.name}' "
+                                f"(its inputs: {', '.join(model.inputs)})")
+    if model.inputs[x].shape != (3, 3):
+        what = "the strain" if kin == "strain" else "the deformation gradient"
+        raise doc.error(e[kin], f"{where}.{kin}: input '{x}' has shape {list(model.inputs[x].shape)}; {what} of a "
+                                f"UMAT is a 3x3 tensor (shape [3, 3])")
+    stress = _umat_name(doc, e["stress"], f"{where}.stress")
+    energy = next((o for o in model.outputs if stress == derivative_name(o, (x,))), None)
+    if stress not in model.outputs and energy is None:
+        raise doc.error(e["stress"], f"{where}.stress: '{stress}' is not an output of model '{model.name}', nor the "
+                                     f"gradient d<output>_d{x} of one (its outputs: {', '.join(model.outputs)})")
+    if stress in model.outputs:
+        energy = None
+    measure = _umat_measure(doc, e, kin, energy, where)
+    state = _umat_state(doc, key, e, model, kin, x, stress, locs)
+    props = _umat_props(doc, e, model)
+    return UmatDecl(kin, x, stress, energy, measure, state, props, doc.loc(key), locs)
+
+
+def _umat_state(doc, key, e, model, kin, x, stress, locs):
+    """export.umat.state: ((new output, old input), ...); every input but x must be an old one."""
+    where = "export.umat"
+    state = []
+    for out, n in doc.mapping(e.get("state", EMPTY), f"{where}.state").items():
+        locs[f"state.{out}"] = doc.loc(n)
+        old = _umat_name(doc, n, f"{where}.state.{out}")
+        if out not in model.outputs:
+            raise doc.error(n, f"{where}.state: '{out}' is not an output of model '{model.name}' "
+                               f"(its outputs: {', '.join(model.outputs)})")
+        if out == stress:
+            raise doc.error(n, f"{where}.state: '{out}' is the stress; a state output is another output")
+        if old not in model.inputs or old == x:
+            raise doc.error(n, f"{where}.state.{out}: its old value '{old}' is not an input of model '{model.name}' "
+                               f"other than the {'strain' if kin == 'strain' else 'deformation gradient'} "
+                               f"(its inputs: {', '.join(model.inputs)}); a new state output is paired with the "
+                               f"input that holds its value at the start of the increment")
+        twice = [o for o, i in state if i == old]
+        if twice:
+            raise doc.error(n, f"{where}.state.{out}: input '{old}' already holds the old value of '{twice[0]}'")
+        state.append((out, old))
+    olds = {i for _, i in state}
+    for name in model.inputs:
+        if name != x and name not in olds:
+            raise doc.error(e.get("state", key),
+                            f"{where}: input '{name}' of model '{model.name}' is neither the {kin} input nor the "
+                            f"old value of a state output; a UMAT gets nothing else per point (pair it with its "
+                            f"new value under state:)")
+    return tuple(state)
+
+
+def _umat_props(doc, e, model):
+    """export.umat.props: param names, in PROPS's order."""
+    where = "export.umat"
+    props = []
+    if "props" in e:
+        names = doc.name_list(e["props"], f"{where}.props") if doc.value(e["props"]) else ()
+        for name in names:
+            if name not in model.params:
+                raise doc.error(e["props"], f"{where}.props: '{name}' is not a param of model '{model.name}' "
+                                            f"(its params: {', '.join(model.params) or 'none'})")
+            if name in props:
+                raise doc.error(e["props"], f"{where}.props: '{name}' is listed twice")
+            props.append(name)
+    return tuple(props)
+
+
+def _umat_name(doc, node, where):
+    value = doc.value(node) if isinstance(node, yaml.ScalarNode) else None
+    if not isinstance(value, str) or not _is_name(value):
+        raise doc.error(node, f"{where}: a name of the model, got {value if value is not None else 'a collection'!r}")
+    return value
+
+
+def _umat_measure(doc, e, kin, energy, where):
+    """"small" for a small-strain UMAT; a finite-strain one's stress measure (an energy's gradient
+    wrt F is the first Piola-Kirchhoff stress)."""
+    measure = str(doc.value(e["measure"])) if "measure" in e else None
+    if kin == "strain":
+        if measure is not None:
+            raise doc.error(e["measure"], f"{where}.measure: a measure is for a finite-strain UMAT (F:); a "
+                                          f"small-strain one's stress is the stress")
+        return "small"
+    if measure is not None and measure not in UMAT_MEASURES:
+        raise doc.error(e["measure"], f"{where}.measure: '{measure}' is not one of {', '.join(UMAT_MEASURES)}")
+    if energy is not None:
+        if measure not in (None, "first_piola"):
+            raise doc.error(e["measure"], f"{where}.measure: the gradient of an energy wrt F is the first "
+                                          f"Piola-Kirchhoff stress (first_piola), not {measure}")
+        return "first_piola"
+    if measure is None:
+        raise doc.error(e["stress"], f"{where}: say which stress the output '{doc.value(e['stress'])}' is: "
+                                     f"measure: {' | '.join(UMAT_MEASURES)}")
+    return measure
+
+
 # ---- the run config: one function per section ----------------------------------------------------------
 def load_config_file(path):
     doc = _Doc(path, _read(path))
-    allowed = ("adgrad", "model", "sizes", "params", "input", "output", "compute", "mode", "engine")
+    allowed = ("adgrad", "model", "sizes", "params", "input", "output", "compute", "mode", "engine", "export")
     top = doc.mapping(doc.root, "config", allowed=allowed, required=("model",))
     _check_version(doc, top, "config")
     base_dir = os.path.dirname(os.path.abspath(path))
@@ -669,7 +826,8 @@ def load_config_file(path):
                   mode=_mode(doc, top.get("mode")),
                   compute=_compute_section(doc, top.get("compute"), model),
                   engine=_engine_section(doc, top.get("engine")),
-                  loc=locs)
+                  loc=locs,
+                  export=_export(doc, top["export"], model) if "export" in top else None)
 
 
 def _path(doc, node, where):

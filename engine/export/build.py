@@ -23,6 +23,7 @@ from . import CPUS, variants
 from .cwrap import header, source
 from .layout import layout
 from .objcode import kernel_ir, object_code
+from . import umat as umats
 
 MANIFEST = "adgrad-export.json"
 # -z defs: a symbol left undefined (anything from Python or numba) fails the link instead of the load
@@ -37,6 +38,7 @@ class Exported:
     name: str
     cpu: str
     seconds: float
+    umat: dict | None = None    # the manifest's umat entry (engine/export/umat.py manifest)
 
 
 def compiler():
@@ -68,15 +70,22 @@ def _tail(text, lines=12):
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def export(kernel, directory, name=None, cpu="x86-64", overwrite=False) -> Exported:
+def export(kernel, directory, name=None, cpu="x86-64", overwrite=False, umat=None) -> Exported:
     """Write `kernel` (a CompiledKernel) as lib<name>.so, <name>.h and adgrad-export.json into the
     directory `directory` (made, with its parents). An existing export is replaced only with
     `overwrite`; anything else there is never touched. name: the C prefix of every symbol (default:
-    the model's name); cpu: engine/export CPUS."""
+    the model's name); cpu: engine/export CPUS; umat: an engine/export/umat.py Plan over this
+    kernel, to add the Abaqus UMAT (the name then follows CalculiX's rules)."""
     t0 = time.perf_counter()
     if cpu not in CPUS:
         raise DataError(f"--cpu {cpu!r}: choose one of {', '.join(CPUS)}")
+    if umat is not None:
+        umats.check(umat.decl, kernel)
+        name = umats.library_name(name, kernel.model.name)
     lay = layout(kernel, name)
+    if umat is not None and len(umats.material(lay, umat.decl)) > umats.MATERIAL_LENGTH:
+        raise DataError(f"the material name {umats.material(lay, umat.decl)} is longer than CalculiX's "
+                        f"{umats.MATERIAL_LENGTH} characters; give a shorter --name")
     cc = compiler()
     directory = os.path.abspath(os.fspath(directory))
     try:
@@ -91,12 +100,12 @@ def export(kernel, directory, name=None, cpu="x86-64", overwrite=False) -> Expor
         os.mkdir(tmp)
         try:
             _probe(cc, tmp)
-            _build(kernel, lay, cc, cpu, tmp)
+            _build(kernel, lay, cc, cpu, tmp, umat)
             _install(tmp, directory)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return Exported(directory, os.path.join(directory, f"lib{lay.name}.so"), os.path.join(directory, f"{lay.name}.h"),
-                    lay.name, cpu, time.perf_counter() - t0)
+                    lay.name, cpu, time.perf_counter() - t0, umats.manifest(lay, umat.decl) if umat else None)
 
 
 def is_export(directory):
@@ -116,7 +125,7 @@ def _check_destination(directory, overwrite):
                         f"new or empty directory")
 
 
-def _build(kernel, lay, cc, cpu, tmp):
+def _build(kernel, lay, cc, cpu, tmp, umat=None):
     """lib<name>.so, <name>.h and the manifest in tmp."""
     irs, objs, helpers = kernel_ir(kernel, lay), [], set()
     for tag, target in variants(cpu):
@@ -127,9 +136,9 @@ def _build(kernel, lay, cc, cpu, tmp):
             f.write(code)
     head, src = os.path.join(tmp, f"{lay.name}.h"), os.path.join(tmp, f"{lay.name}.c")
     with open(head, "w") as f:
-        f.write(header(lay))
+        f.write(header(lay, umats.header(lay, umat.decl) if umat else ""))
     with open(src, "w") as f:
-        f.write(source(lay, variants(cpu), sorted(helpers)))
+        f.write(source(lay, variants(cpu), sorted(helpers), umats.source(lay, umat) if umat else ""))
     lib = f"lib{lay.name}.so"
     done = subprocess.run([*cc, *FLAGS, f"-Wl,-soname,{lib}", "-o", os.path.join(tmp, lib), src, *objs, "-lm"],
                           capture_output=True, text=True)
@@ -141,6 +150,8 @@ def _build(kernel, lay, cc, cpu, tmp):
                 "variants": [target for _, target in variants(cpu)],
                 "abi_version": lay.abi_version, "adgrad_version": lay.version, "model_sha256": lay.model_sha256,
                 "kernel_sha256": lay.kernel_sha256}
+    if umat is not None:
+        manifest["umat"] = umats.manifest(lay, umat.decl)
     with open(os.path.join(tmp, MANIFEST), "w") as f:
         json.dump(manifest, f, indent=1)
         f.write("\n")
@@ -180,13 +191,22 @@ def _exchange(a, b):
     os.rename(aside, a)
 
 
-def export_model(model, config, directory, mode=None, **options) -> Exported:
+def export_model(model, config, directory, mode=None, umat=False, **options) -> Exported:
     """Export what `adgrad run` would compute: a config's values and derivatives (its mode and
-    math), or for a model file every output and its gradient with respect to every input. `mode`
-    overrides the config's; options: export's."""
+    math), or for a model file every output and its gradient with respect to every input; with
+    `umat`, what the Abaqus UMAT of the export: umat: section (the config's, else the model's)
+    needs, and the UMAT. `mode` overrides the config's; options: export's."""
     from ..compile import compile_model, default_requests
+    decl = umats.section(model, config) if umat else None
+    if decl is not None:
+        umats.library_name(options.get("name"), model.name)
     compiler()                          # bad input is refused before the compile (checked again below)
     _check_destination(os.path.abspath(os.fspath(directory)), options.get("overwrite", False))
+    if decl is not None:
+        values, derivatives = umats.requests(decl)
+        kernel = compile_model(model, derivatives, mode=mode or (config.mode if config else "auto"), values=values,
+                               math=config.engine.math if config else "vector")
+        return export(kernel, directory, umat=umats.plan(decl), **options)
     if config is not None:
         kernel = compile_model(model, config.compute.derivatives, mode=mode or config.mode,
                                values=list(config.compute.values), math=config.engine.math)

@@ -86,7 +86,7 @@ int {name}_batch(const {name}_ctx *ctx, int64_t n, const double *const *inputs, 
         double *const *outputs, const int64_t *output_strides, int32_t threads, double *work,
         int64_t work_size, unsigned char *nonfinite);
 const char *{name}_error_string(int code);
-
+{extra}
 #ifdef __cplusplus
 }}
 #endif
@@ -104,7 +104,8 @@ def _describe(a):
     return f"{a.name} ({what}, {shape}{'; ' + a.variant if a.variant else ''})"
 
 
-def header(lay):
+def header(lay, extra=""):
+    """<NAME>.h of the library of `lay`; extra: more declarations (the UMAT's)."""
     n, up = lay.name, lay.name.upper()
     defines = [f"#define {up}_N_INPUTS {len(lay.inputs)}", f"#define {up}_N_OUTPUTS {len(lay.outputs)}",
                f"#define {up}_N_PARAM_VALUES {lay.n_param_values}"]
@@ -118,7 +119,7 @@ def header(lay):
                          for title, arrays in (("inputs", lay.inputs), ("params", lay.params), ("outputs", lay.outputs))
                          if arrays)
     return HEADER.format(name=n, NAME=n.upper(), model=lay.model, version=lay.version, contents=contents,
-                         common=COMMON, defines="\n".join(defines))
+                         common=COMMON, defines="\n".join(defines), extra=extra)
 
 
 SOURCE = r"""/* The C wrapper of lib{name}.so, written by adgrad {version}; do not edit. */
@@ -487,9 +488,10 @@ def _variants(n, variants):
                                                 for kind in ("point", "batch", "strided")})
 
 
-def source(lay, variants, helpers=()):
+def source(lay, variants, helpers=(), extra=""):
     """The C wrapper of the library of `lay` (layout.Layout) whose object code holds `variants`
-    ([(tag, cpu)], engine/export variants) and calls `helpers` (objcode.object_code's)."""
+    ([(tag, cpu)], engine/export variants) and calls `helpers` (objcode.object_code's); extra: C
+    appended to it (the UMAT's, which calls k_point)."""
     n, ni = lay.name, len(lay.inputs)
     declarations, dispatch = _variants(n, variants)
     index = {a.arg: (k if a.kind == "input" else ni + k - len(lay.inputs) - len(lay.params))
@@ -526,4 +528,4 @@ def source(lay, variants, helpers=()):
         info_defaults="defaults",
         point_args=", ".join([arg(a, point=True) for a in lay.arrays] + ["work"]),
         batch_args=", ".join(arg(a) for a in lay.arrays), strided_args=", ".join(strided_args),
-        buf_args=", ".join(f"buf + {o}" for o in offsets))
+        buf_args=", ".join(f"buf + {o}" for o in offsets)) + extra
