@@ -209,6 +209,15 @@ static void umat_cut(double *pnewdt) {{
         *pnewdt = UMAT_CUT;
 }}
 
+/* A call the UMAT refuses (a deck that does not fit the model): the increment is cut, and DDSDDE is
+   the identity, only so that a code which assembles and solves before it looks at PNEWDT can (CalculiX
+   does at a step's start); the code cuts again until it stops. */
+static void umat_refuse(double *pnewdt, double *ddsdde) {{
+    umat_cut(pnewdt);
+    for (int k = 0; k < 36; k++)
+        ddsdde[k] = k % 7 == 0;
+}}
+
 /* The kernel at one point: x the strain or F (row-major 3x3), the old state from statev, params p;
    results in s. 1 if it ran and every result is finite. */
 static int umat_eval(const double *x, const double *statev, const double *p, double *s) {{
@@ -228,7 +237,7 @@ static void umat(double *STRESS, double *STATEV, double *DDSDDE, double *SSE, co
         if (!atomic_exchange(&umat_said[0], 1))
             fprintf(stderr, "adgrad UMAT %s (model '%s'): called with NDI=%d, NSHR=%d; it is for 3D solid elements "
                     "(NDI=3, NSHR=3); cutting the increment\n", info.name, info.model, *NDI, *NSHR);
-        umat_cut(PNEWDT);
+        umat_refuse(PNEWDT, DDSDDE);
         return;
     }}
     if (*NPROPS != UMAT_NPROPS) {{
@@ -236,7 +245,7 @@ static void umat(double *STRESS, double *STATEV, double *DDSDDE, double *SSE, co
             fprintf(stderr, "adgrad UMAT %s (model '%s'): the deck gives %d material constants (NPROPS, *USER "
                     "MATERIAL CONSTANTS=), the model reads %d: {props_text}; cutting the increment\n", info.name,
                     info.model, *NPROPS, UMAT_NPROPS);
-        umat_cut(PNEWDT);
+        umat_refuse(PNEWDT, DDSDDE);
         return;
     }}
     if (*NSTATV != UMAT_NSTATV) {{
@@ -244,7 +253,7 @@ static void umat(double *STRESS, double *STATEV, double *DDSDDE, double *SSE, co
             fprintf(stderr, "adgrad UMAT %s (model '%s'): the deck gives %d state variables (NSTATV, *DEPVAR), the "
                     "model keeps %d: {statev_text}; cutting the increment\n", info.name, info.model, *NSTATV,
                     UMAT_NSTATV);
-        umat_cut(PNEWDT);
+        umat_refuse(PNEWDT, DDSDDE);
         return;
     }}
 {scratch_decl}    double *p = s;
@@ -558,7 +567,7 @@ def source(lay, pl):
                         "    if (!s) {\n"
                         "        fprintf(stderr, \"adgrad UMAT %s (model '%s'): out of memory; cutting the "
                         "increment\\n\", info.name, info.model);\n"
-                        "        umat_cut(PNEWDT);\n        return;\n    }\n")
+                        "        umat_refuse(PNEWDT, DDSDDE);\n        return;\n    }\n")
         scratch_free = "    free(s);\n"
     else:
         scratch_decl, scratch_free = "    double s[UMAT_SCRATCH];\n", ""
