@@ -209,9 +209,9 @@ static void umat_cut(double *pnewdt) {{
         *pnewdt = UMAT_CUT;
 }}
 
-/* A call the UMAT refuses (a deck that does not fit the model): the increment is cut, and DDSDDE is
-   the identity, only so that a code which assembles and solves before it looks at PNEWDT can (CalculiX
-   does at a step's start); the code cuts again until it stops. */
+/* A call the UMAT cannot answer (a deck that does not fit the model, a point that fails): the
+   increment is cut, and DDSDDE is the identity, only so that a code which assembles and solves before
+   it looks at PNEWDT can (CalculiX does at a step's start). */
 static void umat_refuse(double *pnewdt, double *ddsdde) {{
     umat_cut(pnewdt);
     for (int k = 0; k < 36; k++)
@@ -301,14 +301,12 @@ SMALL_BODY = r"""    double x[9];
             STRESS[v] = s[{stress} + 3 * voigt[v][0] + voigt[v][1]];
         umat_tangent(s + {tangent}, DDSDDE);
 {copy_state}{energy}    }} else {{
-        /* STRESS and STATEV stay as they came; the tangent at the increment's start, if the kernel
-           gives one there, for a code that assembles before it cuts */
-        umat_cut(PNEWDT);
+        /* STRESS and STATEV stay as they came; DDSDDE the tangent at the increment's start if the
+           kernel gives one there (else the identity), for a code that assembles before it cuts */
+        umat_refuse(PNEWDT, DDSDDE);
         umat_strain(STRAN, NULL, x);
         if (umat_eval(x, STATEV, p, s))
             umat_tangent(s + {tangent}, DDSDDE);
-        else
-            memset(DDSDDE, 0, sizeof(double) * 36);
     }}
 """
 
@@ -519,14 +517,12 @@ FINITE_BODY = r"""    double x[9], stress[6], ddsdde[36];
         memcpy(STRESS, stress, sizeof stress);
         memcpy(DDSDDE, ddsdde, sizeof ddsdde);
 {copy_state}{energy}    }} else {{
-        /* STRESS and STATEV stay as they came; the tangent at the increment's start, if the kernel
-           gives one there, for a code that assembles before it cuts */
-        umat_cut(PNEWDT);
+        /* STRESS and STATEV stay as they came; DDSDDE the tangent at the increment's start if the
+           kernel gives one there (else the identity), for a code that assembles before it cuts */
+        umat_refuse(PNEWDT, DDSDDE);
         umat_F(DFGRD0, x);
         if (umat_eval(x, STATEV, p, s) && umat_finite(x, s + {stress}, s + {tangent}, stress, ddsdde))
             memcpy(DDSDDE, ddsdde, sizeof ddsdde);
-        else
-            memset(DDSDDE, 0, sizeof(double) * 36);
     }}
 """
 
