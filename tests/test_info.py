@@ -79,6 +79,9 @@ def test_incomplete_run(files, tmp_path):
     with h5py.File(p, "r+") as f:      # as kill -9 leaves it: the attributes lag the commit record
         f.attrs.update(complete=False, chunk=8, chunks_done=2)
         f["_adgrad/commit"][...] = [3, 2]
+        digests = f["_adgrad/input_digests"]    # one row per chunk of 8, as such a run lays it out
+        del f["_adgrad/input_digests"]
+        f["_adgrad/input_digests"] = np.zeros((4, digests.shape[1]), dtype=np.uint64)
     res = invoke("info", p, "--no-text")
     assert res.exit_code == 0 and "INCOMPLETE (finish it with adgrad run --resume)" in res.stdout
     assert f"points    {M}; chunks done 3 / 4 (rows done 24)" in res.stdout
