@@ -3,7 +3,7 @@
 # material named @ABAQUS_<LIB>_<FUNC> (docs/native.md). Debian's binary is built without them (such
 # a material then silently calls an empty stub), so this builds Debian's own source package of the
 # same suite with -DCALCULIX_EXTERNAL_BEHAVIOURS_SUPPORT and -ldl, at the lowest CPU priority (about
-# 10-20 minutes on 2 cores), and caches the binary outside the checkout. A second call reuses it.
+# 6-9 minutes on 2 cores), and caches the binary outside the checkout. A second call reuses it.
 #
 # Usage: .ci/calculix.sh     prints the path of ccx on its last line (as root, with apt, on Debian)
 # Cache: ${ADGRAD_CI_CACHE:-$HOME/.cache/adgrad-ci}/calculix (bin/ccx and recipe); delete it to rebuild.

@@ -115,17 +115,15 @@ def deck(material, section, case, increments=8, nlgeom=False, size=(2, 1, 2), di
 
 
 class Job:
+    """A finished ccx run: its printed results (read_dat), [(step, increment, attempt, Newton
+    iterations)] of its .sta file, and its output."""
+
     def __init__(self, directory, name, proc):
         self.dat = read_dat(directory / f"{name}.dat") if (directory / f"{name}.dat").exists() else []
         sta = directory / f"{name}.sta"
-        self.sta = [tuple(int(v) for v in line.split()[:4]) for line in sta.read_text().splitlines()
-                    if re.match(r"\s+\d+\s+\d+\s+\d+\s+\d+\s", line)] if sta.exists() else []
+        self.iterations = [tuple(int(v) for v in line.split()[:4]) for line in sta.read_text().splitlines()
+                           if re.match(r"\s+\d+\s+\d+\s+\d+\s+\d+\s", line)] if sta.exists() else []
         self.stdout, self.stderr, self.returncode = proc.stdout, proc.stderr, proc.returncode
-
-    @property
-    def iterations(self):
-        """[(step, increment, attempt, Newton iterations)] of the .sta file."""
-        return self.sta
 
 
 def ccx(text, directory, name="job", libs=(), threads=1, env=None):
@@ -138,8 +136,7 @@ def ccx(text, directory, name="job", libs=(), threads=1, env=None):
            "CCX_NPROC_STIFFNESS": threads, "CCX_NPROC_RESULTS": threads, "CCX_NPROC_EQUATION_SOLVER": threads,
            **(env or {})}
     proc = subprocess.run([CCX, "-i", name], cwd=directory, env=env, capture_output=True, text=True, timeout=600)
-    job = Job(directory, name, proc)
-    return job
+    return Job(directory, name, proc)
 
 
 def read_dat(path):
