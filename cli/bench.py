@@ -3,7 +3,7 @@ import click
 
 from adgrad.engine.limits import MAX_CHUNK
 
-from .common import load_model_or_config, reports_errors
+from .common import compile_log, load_model_or_config, quiet_option, reports_errors
 
 
 @click.command()
@@ -17,8 +17,9 @@ from .common import load_model_or_config, reports_errors
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampled points.")
 @click.option("--compile-time/--no-compile-time", default=True, show_default=True,
               help="Also time compilation, cold and cached, in fresh processes.")
+@quiet_option
 @reports_errors
-def bench(config, m, repeat, threads, seed, compile_time):
+def bench(config, m, repeat, threads, seed, compile_time, quiet):
     """Time the kernels of CONFIG (or of a model file: every output against every input) on M
     sampled points, compute only (no HDF5): values only, then values and derivatives by the
     config's modes and by forward, reverse and, where the model has hand-written derivatives,
@@ -32,7 +33,7 @@ def bench(config, m, repeat, threads, seed, compile_time):
     model, cfg = load_model_or_config(config)
     from adgrad.engine.tools.bench import bench as run_bench, format_table
     report = run_bench(config, model, cfg, points=m, repeat=repeat, threads=threads or None, seed=seed,
-                       compile_time=compile_time)
+                       compile_time=compile_time, log=compile_log(quiet))
     click.echo(f"model {report.model}: {report.points} sampled points, {report.threads} thread(s), "
                f"median of {report.repeat}, compute only, math: {report.math}")
     click.echo(format_table(report.timings, report.compile_times))

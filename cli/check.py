@@ -6,7 +6,7 @@ import click
 from adgrad.engine.errors import DataError
 from adgrad.engine.limits import MAX_CHUNK
 
-from .common import load_model_or_config, reports_errors
+from .common import compile_log, load_model_or_config, quiet_option, reports_errors
 
 
 @click.command()
@@ -14,8 +14,9 @@ from .common import load_model_or_config, reports_errors
 @click.option("--points", "k", type=click.IntRange(1, MAX_CHUNK), default=32, show_default=True,
               help="Points to check (from the config's input file, else sampled), held in memory.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampled points.")
+@quiet_option
 @reports_errors
-def check(model_or_config, k, seed):
+def check(model_or_config, k, seed, quiet):
     """Check derivatives: forward, reverse and manual against each other and central differences.
 
     Every requested derivative (a config's compute.derivatives, or for a model file every output
@@ -34,7 +35,8 @@ def check(model_or_config, k, seed):
     pairs = oracle.requested(model, config.compute.derivatives if config else None)
     try:
         points = oracle.points(model, config, k, seed)
-        rows = oracle.check(model, pairs, points, math=config.engine.math if config else "vector")
+        rows = oracle.check(model, pairs, points, math=config.engine.math if config else "vector",
+                            log=compile_log(quiet))
     except MemoryError:
         raise DataError(f"--points {k}: the points and their differences do not fit in memory; use fewer "
                         f"points") from None

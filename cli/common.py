@@ -56,6 +56,17 @@ def reports_errors(fn):
     return wrapper
 
 
+def compile_log(quiet):
+    """compile_model's `log`: None with -q, else lines on stderr (one before a kernel that is not in
+    the compile cache is compiled, one with its time after)."""
+    return None if quiet else functools.partial(click.echo, err=True)
+
+
+quiet_option = click.option("-q", "--quiet", is_flag=True,
+                            help="No compile messages on stderr (a kernel not in the compile cache is announced "
+                                 "before it compiles, with its time after).")
+
+
 def is_config(path):
     """A config names a model; a model declares inputs. Decided from the top-level keys."""
     try:

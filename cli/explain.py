@@ -3,7 +3,7 @@ import click
 
 from adgrad.engine.tools.explain import PARTS
 
-from .common import load_model_or_config, reports_errors
+from .common import compile_log, load_model_or_config, quiet_option, reports_errors
 
 
 @click.command()
@@ -12,8 +12,9 @@ from .common import load_model_or_config, reports_errors
               help=f"Comma-separated parts to show: {', '.join(PARTS)}.")
 @click.option("--mode", type=click.Choice(["auto", "forward", "reverse", "manual"]), default=None,
               help="Override the mode (default: the config's, else auto).")
+@quiet_option
 @reports_errors
-def explain(model_or_config, show, mode):
+def explain(model_or_config, show, mode, quiet):
     """Show how adgrad compiles a model: shapes, modes and why, workspace, IR and kernel source.
 
     \b
@@ -28,4 +29,4 @@ def explain(model_or_config, show, mode):
                                  param_hint="--show")
     model, config = load_model_or_config(model_or_config)
     from adgrad.engine.tools.explain import explain as describe
-    click.echo(describe(model, config, parts, mode))
+    click.echo(describe(model, config, parts, mode, log=compile_log(quiet)))

@@ -8,7 +8,7 @@ import click
 from adgrad.engine.limits import MAX_CHUNK
 
 
-from .common import reports_errors
+from .common import compile_log, reports_errors
 
 
 def run_job(*args, **kwargs):
@@ -50,14 +50,16 @@ class Size(click.ParamType):
               help="With --resume: skip reading the finished chunks' input rows again to check their checksums.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on when stderr is a terminal).")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (no compile messages, no summary).")
 @click.option("-v", "--verbose", is_flag=True, help="Also print timings per phase.")
 @reports_errors
 def run(config, threads, chunk, memory, output, shard, resume, trust_input, overwrite, progress, quiet, verbose):
     """Compute the config's outputs and derivatives for every point of its input file.
 
     Streams the input in chunks through the compiled (cached) kernel into the output file, then
-    prints points, seconds, points/s, the mode per derivative and the non-finite point count.
+    prints points, seconds and points/s of the run without the compile, the mode per derivative, the
+    non-finite point count and the compile time. A kernel not in the compile cache says so on stderr
+    before it is compiled (first use of a model and its derivatives) and how long it took.
     SIGTERM or Ctrl-C stops at the next chunk boundary, keeping every finished chunk (exit 1, with
     the command that resumes); --resume then finishes the file, once the input rows of its finished
     chunks match the checksums it recorded (--trust-input skips that read). Outputs are
@@ -79,7 +81,7 @@ def run(config, threads, chunk, memory, output, shard, resume, trust_input, over
     try:
         summary = run_job(cfg, output=output, threads=threads, chunk=chunk, memory=memory, overwrite=overwrite,
                           resume=resume, trust_input=trust_input, shard=shard, progress=bar,
-                          resume_hint=shlex.join(hint))
+                          resume_hint=shlex.join(hint), log=compile_log(quiet))
     finally:
         if bar is not None:
             bar.close()
@@ -87,12 +89,14 @@ def run(config, threads, chunk, memory, output, shard, resume, trust_input, over
         return
     modes = ", ".join(f"{k}: {v}" for k, v in summary.modes.items()) or "none"
     resumed = f" (resumed: {summary.points - summary.computed} were done)" if summary.computed < summary.points else ""
-    click.echo(f"{summary.points} points{resumed} in {summary.seconds:.2f} s ({summary.rate:,.0f} points/s) "
+    cached = "" if summary.compiled else " (cached)"
+    click.echo(f"{summary.points} points{resumed} in {summary.run_seconds:.2f} s ({summary.rate:,.0f} points/s) "
                f"-> {summary.output}", err=True)
-    click.echo(f"modes: {modes}; non-finite points: {summary.nan_points}; threads: {summary.threads}", err=True)
+    click.echo(f"modes: {modes}; non-finite points: {summary.nan_points}; threads: {summary.threads}; "
+               f"compile: {summary.compile_seconds:.2f} s{cached}", err=True)
     if verbose:
         t = summary.timings
-        overlap = (t["read"] + t["compute"] + t["write"]) / max(summary.seconds - t["compile"], 1e-9)
+        overlap = (t["read"] + t["compute"] + t["write"]) / max(summary.run_seconds, 1e-9)
         click.echo("timings: " + ", ".join(f"{k} {v:.3f} s" for k, v in t.items())
                    + f"; overlap {overlap:.2f}x (read + compute + write over wall time after compile)", err=True)
 

@@ -187,6 +187,109 @@ def test_run_verbose_prints_timings(work):
     assert "timings:" in result.stderr and "compile" in result.stderr
 
 
+# ---- run: what it says about compiling, and what it checks before -----------------------------------
+
+@pytest.fixture
+def cold(monkeypatch):
+    """Every kernel taken as not in the compile cache, as on a first use (whether it is: compile_model's)."""
+    monkeypatch.setattr("adgrad.engine.compile.is_cold", lambda module: True)
+
+
+def test_run_says_when_it_compiles(work, cold):
+    """A line before the compile and one with its time (both on stderr); the summary gives the run's
+    points/s without the compile, and the compile time apart; -q silences it all."""
+    result = invoke("run", work / "cfg.yaml")
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert lines[0] == "compiling eam (first use of this model and these derivatives)"
+    assert re.fullmatch(r"compiled eam in \d+\.\d s", lines[1]), lines
+    assert re.fullmatch(rf"{M} points in \d+\.\d\d s \([\d,]+ points/s\) -> .*out\.h5", lines[2]), lines
+    assert re.fullmatch(r"modes: dE_dx: reverse; non-finite points: 0; threads: \d+; compile: \d+\.\d\d s", lines[3])
+    assert len(lines) == 4
+    quiet = invoke("run", work / "cfg.yaml", "--overwrite", "-q")
+    assert quiet.exit_code == 0 and quiet.output == ""
+
+
+def test_run_of_a_cached_kernel_says_so(work):
+    assert invoke("run", work / "cfg.yaml", "-o", work / "first.h5").exit_code == 0    # now loaded: warm
+    result = invoke("run", work / "cfg.yaml")
+    assert result.exit_code == 0, result.output
+    assert "compil" not in result.stderr.splitlines()[0]
+    assert re.search(r"; compile: \d+\.\d\d s \(cached\)$", result.stderr.splitlines()[1]), result.stderr
+
+
+def test_run_throughput_leaves_the_compile_out(work, monkeypatch):
+    """Summary.rate is the points over the run's time without the compile (here made 1 s longer)."""
+    import time
+    from adgrad.engine.job import run as job
+    from adgrad.engine.spec import load_config_file
+    compile_model = job.compile_model
+    monkeypatch.setattr(job, "compile_model", lambda *a, **k: (time.sleep(1.0), compile_model(*a, **k))[1])
+    summary = job.run(load_config_file(str(work / "cfg.yaml")))
+    assert summary.compile_seconds >= 1.0 and summary.timings["compile"] == summary.compile_seconds
+    assert summary.run_seconds == pytest.approx(summary.seconds - summary.compile_seconds)
+    assert summary.rate == pytest.approx(M / summary.run_seconds)
+
+
+@pytest.mark.parametrize("case", ["input missing", "dataset missing", "dataset shape", "output directory missing",
+                                  "output exists"])
+def test_run_checks_input_and_output_before_compiling(work, monkeypatch, case):
+    """What needs no kernel is answered before the kernel is compiled (or loaded): exit 2 at once."""
+    def compile_model(*args, **kwargs):
+        raise AssertionError("the kernel was compiled before the input and output were checked")
+    monkeypatch.setattr("adgrad.engine.job.run.compile_model", compile_model)
+    args, named = [work / "cfg.yaml"], work / "in.h5"
+    if case == "input missing":
+        write(work / "cfg.yaml", CONFIG.replace("path: in.h5", "path: gone.h5"))
+        named = work / "gone.h5"
+    elif case == "dataset missing":
+        write(work / "cfg.yaml", CONFIG.replace("{x: points}", "{x: nope}"))
+    elif case == "dataset shape":
+        with h5py.File(work / "in.h5", "w") as f:
+            f["points"] = np.zeros((M, 99))
+    elif case == "output directory missing":
+        args, named = args + ["-o", work / "sub" / "out.h5"], work / "sub"
+    else:
+        (work / "out.h5").write_bytes(b"results")
+        named = work / "out.h5"
+    result = invoke("run", *args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.stderr.startswith("error: ") and str(named) in result.stderr, result.stderr
+
+
+COMPILED = {          # command and options -> the label of each kernel it compiles (None: its only one)
+    ("check", "--points", 3): {"dE_dx by forward mode", "dE_dx by reverse mode", "dE_dx by manual mode",
+                                "E for central differences"},
+    ("explain", "--show", "cost"): {None},
+    ("bench", "--points", 100, "--repeat", 1, "--no-compile-time"): {
+        "values only", "values + derivatives (auto)", "values + derivatives, forward", "values + derivatives, reverse",
+        "values + derivatives, manual"},
+}
+
+
+@pytest.mark.parametrize("command", list(COMPILED))
+def test_check_explain_bench_say_when_they_compile(work, cold, command):
+    """Each kernel compiled is announced on stderr (which of the command's kernels it is after a colon),
+    with its time after; -q silences them and changes nothing else."""
+    name, *options = command
+    result = invoke(name, work / "cfg.yaml", *options)
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert lines and len(lines) % 2 == 0, lines
+    labels = set()
+    for before, after in zip(lines[::2], lines[1::2]):
+        label = before.split(": ", 1)[1] if ": " in before else None
+        tail = f": {label}" if label else ""
+        assert before == "compiling eam (first use of this model and these derivatives)" + tail, lines
+        assert re.fullmatch(r"compiled eam in \d+\.\d s" + re.escape(tail), after), lines
+        labels.add(label)
+    assert labels == COMPILED[command]
+    quiet = invoke(name, work / "cfg.yaml", *options, "-q")
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    if name != "bench":         # (bench's timings differ from call to call)
+        assert quiet.stdout == result.stdout
+
+
 # ---- run: bad input (exit 2, message names the file, no output file) --------------------------------
 
 def test_malformed_config_yaml(work):

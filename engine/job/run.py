@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import h5py
 import numba
 import numpy as np
+from numba.core import event as numba_event
 
 from ..compile import compile_model
 from ..errors import DataError, JobError
@@ -38,29 +39,55 @@ __all__ = ["run", "prepare", "Interrupted", "Summary"]
 class Summary:
     points: int                 # rows of the output file
     computed: int               # points computed by this call (fewer after --resume)
-    seconds: float
+    seconds: float              # the whole call, compile included
     modes: dict
     nan_points: int
     output: str
     threads: int
     timings: dict = field(default_factory=dict)
+    compile_seconds: float = 0.0    # of `seconds`: compiling (or loading) the kernel, and numba's first calls
+    compiled: bool = False      # something was compiled, not loaded from a cache
+
+    @property
+    def run_seconds(self):
+        """The run without the compile: input, compute, output."""
+        return max(self.seconds - self.compile_seconds, 0.0)
 
     @property
     def rate(self):
-        return self.computed / self.seconds if self.seconds > 0 else float("inf")
+        """Points per second of the run without the compile (a first run's compile is not the throughput)."""
+        return self.computed / self.run_seconds if self.run_seconds > 0 else float("inf")
 
 
 def now():
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def prepare(config: Config):
-    """The model with the config's param overrides and the kernel for the requested results."""
+def prepare(config: Config, log=None):
+    """The model with the config's param overrides, the kernel for the requested results, and the
+    seconds it took to compile (or load) it. `log`: compile_model's (a line before a compile, one after)."""
     model = build(config.model).with_params(config.params)
+    kernel, seconds = _kernel(config, model, log)
+    return model, kernel, seconds
+
+
+def _kernel(config, model, log=None):
     t0 = time.perf_counter()
     kernel = compile_model(model, config.compute.derivatives, mode=config.mode, values=list(config.compute.values),
-                           math=config.engine.math)
-    return model, kernel, time.perf_counter() - t0
+                           math=config.engine.math, log=log)
+    return kernel, time.perf_counter() - t0
+
+
+def input_shapes(config: Config, model):
+    """Input name -> shape of what a run of `config` reads per point: the model's inputs and each jvp's
+    direction or vjp's cotangent (the kernel's inputs, known before it is compiled)."""
+    g = model.graph
+    shapes = {n: v.shape for n, v in g.inputs.items()}
+    for req in config.compute.derivatives:
+        if req.vector is not None:      # the config loader checked the names; a clash is compile_model's error
+            of_wrt = {**g.inputs, **g.params}[req.wrt[0]] if req.kind == "jvp" else g.outputs[req.of]
+            shapes.setdefault(req.vector, of_wrt.shape)
+    return shapes
 
 
 def output_path(config: Config, output=None, shard=None):
@@ -82,6 +109,7 @@ class Request:
     trust_input: bool = False           # --resume without reading the finished chunks' input again
     progress: object = None             # progress(done, total) after every chunk
     resume_hint: str = "adgrad run CONFIG --resume"
+    log: object = None                  # log(line) before the kernel is compiled and after (compile_model's)
 
 
 def run(config: Config, output=None, shard=None, **options) -> Summary:
@@ -125,16 +153,31 @@ def _locked(config, out_path, part, req, t_start):
 
 
 def _job(config, target, resuming, part, req, t_start, publish):
+    """The input checked (found, its datasets and shapes) before the kernel is compiled: a wrong input
+    is an error at once, not after a compile."""
     with stop_on_signals() as should_stop:
-        model, kernel, t_compile = prepare(config)
-        shapes = {n: v.shape for n, v in kernel.graph.inputs.items()}
+        model = build(config.model).with_params(config.params)
+        shapes = input_shapes(config, model)
         # model inputs map through input.datasets; a jvp direction or vjp cotangent names its dataset itself
         reader = InputReader(config.input.path, {n: config.input.datasets.get(n, n) for n in shapes}, shapes)
         try:
-            return _run(config, model, kernel, reader, target, resuming, part, req, should_stop, t_start, t_compile,
-                        publish)
+            kernel, t_compile = _kernel(config, model, req.log)
+            assert shapes == {n: v.shape for n, v in kernel.graph.inputs.items()}, "input_shapes and the kernel differ"
+            # numba compiles (or loads from its cache) the run's own helpers and any other signature of the
+            # kernel's drivers at their first call, in the chunk loop: that is compile time too, not the run's
+            held, compiled = numba_event.TimingListener(), numba_event.TimingListener()
+            with numba_event.install_listener("numba:compiler_lock", held), \
+                    numba_event.install_listener("numba:compile", compiled):
+                summary = _run(config, model, kernel, reader, target, resuming, part, req, should_stop, t_start,
+                               t_compile, publish)
         finally:
             reader.close()
+    jit, t = (held.duration if held.done else 0.0), summary.timings
+    summary.compile_seconds = t["compile"] = t_compile + jit
+    for phase in ("compute", "wait"):   # the worker compiled, the main thread waited for it
+        t[phase] = max(t[phase] - jit, 0.0)
+    summary.compiled = kernel.cold or compiled.done
+    return summary
 
 
 def _open(config, model, kernel, reader, out_path, resuming, part, req, should_stop):
@@ -195,7 +238,7 @@ def _run(config, model, kernel, reader, out_path, resuming, part, req, should_st
         out.close()
     timings = {"compile": t_compile, **outcome.timings.as_dict()}
     return Summary(plan.rows, outcome.points, time.perf_counter() - t_start, kernel.modes, out.nan_points,
-                   publish or out_path, threads, timings)
+                   publish or out_path, threads, timings, t_compile, kernel.cold)
 
 
 def _chunk(config, kernel, req):

@@ -23,7 +23,7 @@ from ..compile import compile_model, default_requests
 from ..errors import DataError, JobError
 from ..model import LoadedModel
 from ..spec import as_request, derivative_name
-from . import sample
+from . import labelled, sample
 
 @dataclass
 class Timing:
@@ -65,14 +65,15 @@ def _manual(model, req):
     return dataclasses.replace(r, mode="manual")
 
 
-def time_kernels(model: LoadedModel, inputs: dict, derivatives, mode="auto", values=None, repeat=5, math="vector"):
+def time_kernels(model: LoadedModel, inputs: dict, derivatives, mode="auto", values=None, repeat=5, math="vector",
+                 log=None):
     """Timing of every variant on `inputs` (name -> (M, *shape)) with numba's current thread count.
     Repeats are interleaved across the variants, so a change in the machine's load (other processes
-    on shared cores) spreads over all of them instead of skewing one."""
+    on shared cores) spreads over all of them instead of skewing one. `log`: compile_model's."""
     m = next(iter(inputs.values())).shape[0]
     runs = []
     for label, derivs, md, vals in variants(model, derivatives, mode, values):
-        kernel = compile_model(model, derivs, mode=md, values=vals, math=math)
+        kernel = compile_model(model, derivs, mode=md, values=vals, math=math, log=labelled(log, label))
         args = {n: inputs[n] for n in kernel.graph.inputs}
         out = {n: np.empty((m,) + s) for n, s in kernel.output_shapes.items() if n not in kernel.reduced}
         kernel.evaluate(args, out=out)                      # warm-up: caches, page faults
@@ -151,8 +152,9 @@ class Report:
 
 
 def bench(path, model: LoadedModel, config=None, points=100_000, repeat=5, threads=None, seed=0,
-          compile_time=True) -> Report:
-    """Time every kernel variant of `config` (or of the bare model at `path`) on sampled points."""
+          compile_time=True, log=None) -> Report:
+    """Time every kernel variant of `config` (or of the bare model at `path`) on sampled points. `log`:
+    compile_model's for the timed kernels (the compile-time measurement's own processes say nothing)."""
     if threads:
         numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     elif config is not None and config.engine.threads:
@@ -160,7 +162,7 @@ def bench(path, model: LoadedModel, config=None, points=100_000, repeat=5, threa
     derivatives, mode, values, math = requests(model, config)
     try:
         inputs = sampled_inputs(model, config, points, seed)
-        timings = time_kernels(model, inputs, derivatives, mode, values, repeat, math)
+        timings = time_kernels(model, inputs, derivatives, mode, values, repeat, math, log)
     except MemoryError:
         raise DataError(f"--points {points}: the sampled points and their results do not fit in memory; "
                         f"use fewer points") from None

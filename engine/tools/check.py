@@ -10,7 +10,7 @@ from ..compile import compile_model, default_requests
 from ..errors import DataError
 from ..spec import derivative_name
 from ..store.input import InputReader
-from . import sample
+from . import labelled, sample
 
 AD_TOL = 1e-9       # modes against each other (relative to the derivative's magnitude)
 FD_TOL = 1e-5       # against central differences with step 1e-6 * max(1, |x|)
@@ -74,12 +74,13 @@ def _compare(name, a_name, a, b_name, b, tol):
     return Row(name, a_name, b_name, max_abs, rel, ok)
 
 
-def finite_difference(model, of, wrt, points, inner_wrt=None, math="vector"):
+def finite_difference(model, of, wrt, points, inner_wrt=None, math="vector", log=None):
     """Central differences of `of` (or of d of/d inner_wrt) with respect to `wrt`, per point:
-    shape (K, *of_shape[, *inner_shape], *wrt_shape)."""
+    shape (K, *of_shape[, *inner_shape], *wrt_shape). `log`: compile_model's."""
     derivs = [] if inner_wrt is None else [(of, inner_wrt)]
-    kern = compile_model(model, derivs, mode="reverse", values=[of], math=math)
     target = of if inner_wrt is None else derivative_name(of, (inner_wrt,))
+    kern = compile_model(model, derivs, mode="reverse", values=[of], math=math,
+                         log=labelled(log, f"{target} for central differences"))
     k = next(iter(points.values())).shape[0]
     if wrt in model.spec.inputs:
         x = points[wrt]
@@ -112,9 +113,10 @@ def finite_difference(model, of, wrt, points, inner_wrt=None, math="vector"):
     return d.reshape(d.shape[:-1] + p0.shape)
 
 
-def check(model, pairs, points, manual_too=True, math="vector"):
+def check(model, pairs, points, manual_too=True, math="vector", log=None):
     """Rows comparing every available mode with the others and with finite differences; the kernels
-    compiled with `math` (a config's engine.math), as a run of it computes."""
+    compiled with `math` (a config's engine.math), as a run of it computes. `log`: compile_model's, each
+    line followed by the derivative and mode it compiles."""
     rows = []
     for of, wrt in pairs:
         modes = ["forward", "reverse"]
@@ -123,12 +125,13 @@ def check(model, pairs, points, manual_too=True, math="vector"):
             modes.append("manual")
         results = {}
         for mode in modes:
-            kern = compile_model(model, [(of, list(wrt))], mode=mode, values=[of], math=math)
+            kern = compile_model(model, [(of, list(wrt))], mode=mode, values=[of], math=math,
+                                 log=labelled(log, f"{name} by {mode} mode"))
             results[mode] = kern.evaluate(points)[name]
         if len(wrt) == 1:
-            fd = finite_difference(model, of, wrt[0], points, math=math)
+            fd = finite_difference(model, of, wrt[0], points, math=math, log=log)
         else:
-            fd = finite_difference(model, of, wrt[1], points, inner_wrt=wrt[0], math=math)
+            fd = finite_difference(model, of, wrt[1], points, inner_wrt=wrt[0], math=math, log=log)
         for i, ma in enumerate(modes):
             for mb in modes[i + 1:]:
                 rows.append(_compare(name, ma, results[ma], mb, results[mb], AD_TOL))

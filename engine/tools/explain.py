@@ -7,17 +7,17 @@ from collections import Counter
 PARTS = ("shapes", "cost", "ir", "source")
 
 
-def explain(model, config=None, parts=PARTS, mode=None, math=None) -> str:
+def explain(model, config=None, parts=PARTS, mode=None, math=None, log=None) -> str:
     """The parts asked for, of what `config` (or, for a model file alone, every output's gradient
     with respect to every input) compiles to; `mode` and `math` override the config's (default auto
-    and vector)."""
+    and vector). `log`: compile_model's."""
     from ..compile import compile_model, default_requests       # here: the CLI reads PARTS without numba
     from ..ir.printer import format_graph, shape_str
     derivs = config.compute.derivatives if config else [(o, w) for o, (w,) in default_requests(model)]
     mode = mode or (config.mode if config else "auto")
     math = math or (config.engine.math if config else "vector")
     kernel = compile_model(model, derivs, mode=mode, values=list(config.compute.values) if config else None,
-                           math=math)
+                           math=math, log=log)
     g, lines = model.graph, []
     if "shapes" in parts:
         lines.append(f"model {model.name}: {model.spec.path}")
