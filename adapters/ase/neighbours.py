@@ -68,14 +68,20 @@ def neighbour_list(positions, basis, inverse, pbc, reach):
         raise ValueError(f"the periodic cell is too thin for the cutoff + skin of {reach:g} A: the distances between "
                          f"its faces are {h} A, so its {n} atoms have {images:.3g} periodic images within reach "
                          f"(more than {MAX_GHOSTS + 26 * n:,}); make the cell larger or the cutoff smaller")
-    return _search(x, basis, k.astype(np.int64), lo.astype(np.int64), hi.astype(np.int64), int(images), reach)
+    k = k.astype(np.int64)
+    p, origin, S0 = _points(x, basis, k, lo.astype(np.int64), hi.astype(np.int64), int(images))
+    cells, key, nb, wide = _bins(x, p, reach)
+    # sorted by numpy: numba's argsort and searchsorted were 3 of the 11 s of a first compile of this list
+    order = np.argsort(key, kind="stable")
+    return _pairs(x, basis, k, p, np.ascontiguousarray(p[order]), order, key[order], origin, S0, cells, nb, reach, wide)
 
 
 @njit(cache=True, nogil=True)
-def _search(x, basis, k, lo, hi, images, reach):
+def _points(x, basis, k, lo, hi, images):
+    """The atoms wrapped into the cell (points 0..n-1), then their periodic images within reach of it; each
+    point's atom (origin) and S0, the cell vectors from the atom's x to the point."""
     n = x.shape[0]
     m = n + images
-    # the points: the atoms wrapped into the cell, then their images; S0: cell vectors from the atom's x
     p = np.empty((m, 3))
     origin = np.empty(m, dtype=np.int64)
     S0 = np.empty((m, 3), dtype=np.int64)
@@ -96,9 +102,16 @@ def _search(x, basis, k, lo, hi, images, reach):
                         p[q, c] = x[a, c] + (s0 * basis[0, c] + s1 * basis[1, c] + s2 * basis[2, c])
                     origin[q], S0[q, 0], S0[q, 1], S0[q, 2] = a, s0, s1, s2
                     q += 1
-    # bins of at least the reach (a pair within reach is in neighbouring bins), at most MAX_BINS a direction
-    # (a point's coordinates round differently from the vector tested below, x_j - x_i + S cell: `wide` is the
-    # reach with room for that, a few ulps of the largest coordinate of a point, an atom and S cell)
+    return p, origin, S0
+
+
+@njit(cache=True, nogil=True)
+def _bins(x, p, reach):
+    """(each point's bin, its 64-bit key, bins per direction, the reach with room for rounding): bins of at
+    least the reach (a pair within reach is in neighbouring bins), at most MAX_BINS a direction. A point's
+    coordinates round differently from the vector tested in _pairs, x_j - x_i + S cell: `wide` is the reach
+    with room for that, a few ulps of the largest coordinate of a point, an atom and S cell."""
+    n, m = x.shape[0], p.shape[0]
     largest = 0.0
     for q in range(m):
         largest = max(largest, abs(p[q, 0]), abs(p[q, 1]), abs(p[q, 2]))
@@ -124,11 +137,27 @@ def _search(x, basis, k, lo, hi, images, reach):
             t = (p[q, c] - low[c]) / size[c]
             cells[q, c] = min(int(t), nb[c] - 1) if t > 0 else 0
         key[q] = cells[q, 0] + nb[0] * (cells[q, 1] + nb[1] * cells[q, 2])
-    order = np.argsort(key, kind="mergesort")
-    sorted_keys = key[order]
-    ps = np.empty((m, 3))       # the points in bin order: the candidates of an atom are read in sequence
-    for r in range(m):
-        ps[r, 0], ps[r, 1], ps[r, 2] = p[order[r], 0], p[order[r], 1], p[order[r], 2]
+    return cells, key, nb, wide
+
+
+@njit(cache=True, nogil=True)
+def _first_at_least(a, value):
+    """The first index of sorted `a` whose entry is >= value (len(a) if none)."""
+    lo, hi = 0, a.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True)
+def _pairs(x, basis, k, p, ps, order, sorted_keys, origin, S0, cells, nb, reach, wide):
+    """Each atom's pairs among the points of the 3 x 3 x 3 bins around its own (ps: the points in key order,
+    so an atom's candidates are read in sequence)."""
+    n = x.shape[0]
     reachsq, loose = reach * reach, wide * wide
     first = np.zeros(n + 1, dtype=np.int64)
     capacity = 16 * (n + 1)
@@ -141,8 +170,8 @@ def _search(x, basis, k, lo, hi, images, reach):
         for cz in range(max(bz - 1, 0), min(bz + 1, nb[2] - 1) + 1):
             for cy in range(max(by - 1, 0), min(by + 1, nb[1] - 1) + 1):
                 row = nb[0] * (cy + nb[1] * cz)
-                start = np.searchsorted(sorted_keys, x0 + row)
-                stop = np.searchsorted(sorted_keys, x1 + row, side="right")
+                start = _first_at_least(sorted_keys, x0 + row)
+                stop = _first_at_least(sorted_keys, x1 + row + 1)
                 for r in range(start, stop):
                     ex, ey, ez = ps[r, 0] - p[i, 0], ps[r, 1] - p[i, 1], ps[r, 2] - p[i, 2]
                     if ex * ex + ey * ey + ez * ez >= loose:
@@ -160,7 +189,8 @@ def _search(x, basis, k, lo, hi, images, reach):
                             capacity *= 2
                             J2 = np.empty(capacity, dtype=np.int64)
                             S2 = np.empty((capacity, 3), dtype=np.int64)
-                            J2[:count], S2[:count] = J[:count], S[:count]
+                            for c in range(count):  # (a slice assignment compiled 5 s of shape-error messages)
+                                J2[c], S2[c, 0], S2[c, 1], S2[c, 2] = J[c], S[c, 0], S[c, 1], S[c, 2]
                             J, S = J2, S2
                         J[count], S[count, 0], S[count, 1], S[count, 2] = a, s0, s1, s2
                         count += 1
