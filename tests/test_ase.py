@@ -194,6 +194,28 @@ def test_skin_and_slot_growth_do_not_change_results(cu_model):
     assert kept.kernel is kernel                    # no recompile while the slots suffice
 
 
+def test_first_compile_of_the_helpers_is_announced():
+    """The calculator's own numba functions compile once per install: their first compile is announced
+    once, and timed when the calculation is done; a kernel's compile (which says so itself) is not."""
+    from numba import njit
+
+    from adgrad.ase.calculator import FirstUse
+    first, lines = FirstUse(), []
+
+    @njit
+    def helper(x):
+        return x + 1
+    with first.watch(lines.append):
+        with first.paused():
+            njit(lambda x: x * 2)(1)
+        assert lines == [] and not first.ready
+        helper(1), helper(1.5)
+    assert len(lines) == 2 and first.ready, lines
+    assert lines[0] == ("adgrad: compiling the ASE calculator's helpers (neighbour list, packing, forces; first use "
+                        "after installing adgrad)")
+    assert re.fullmatch(r"adgrad: compiled the ASE calculator's helpers in \d+\.\d s", lines[1]), lines
+
+
 def test_recalculates_exactly_when_what_the_model_reads_changes(cuni):
     """check_state compares positions, numbers, cell and pbc exactly: the same atoms again are answered
     from the results, and any change of those (a displacement of 1e-12 A, a swapped species, a strained

@@ -11,6 +11,7 @@ change between calls without a recompile.
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import warnings
@@ -102,6 +103,27 @@ def test_material_params_change_without_recompile(materials):
     finally:
         umat.params = {}
     assert umat.kernels == kernels
+
+
+def test_material_says_when_it_compiles(monkeypatch, capsys):
+    """A kernel not in the compile cache (here: every kernel, as on a first use) is announced through
+    log= before it compiles and with its time after, each line naming which kernel; by default on
+    stderr; log=None says nothing."""
+    monkeypatch.setattr("adgrad.engine.compile.is_cold", lambda module: True)
+    lines = []
+    umat = Material(MODELS / "neo_hooke.yaml", log=lines.append)
+    umat.function([felupe_points(c=2), None])
+    start = "adgrad: compiling neo_hooke (first use of this model and these derivatives): "
+    kernels = ["the stress P for gradient()", "the tangent A for hessian()", "W for function()"]
+    assert lines[::2] == [start + k for k in kernels]
+    assert all(re.fullmatch(rf"adgrad: compiled neo_hooke in \d+\.\d s: {re.escape(k)}", line)
+               for k, line in zip(kernels, lines[1::2])), lines
+    Material(MODELS / "neo_hooke.yaml")
+    assert capsys.readouterr().err.splitlines()[::2] == [start + k for k in kernels[:2]]
+    Material(MODELS / "neo_hooke.yaml", log=None)
+    assert capsys.readouterr() == ("", "")
+    with pytest.raises(ValueError, match="log=True: give a function of one line of text, or None"):
+        Material(MODELS / "neo_hooke.yaml", log=True)
 
 
 def felupe_points(q=8, c=300, seed=3):

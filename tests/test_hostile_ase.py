@@ -1,7 +1,7 @@
 """Hostile but fair input to adgrad.ase.AdgradCalculator (issue 25, items 8-10, and their neighbours).
 
-Two tables: ARGUMENTS, the constructor's arguments (model, cutoff, species, skin, energy), and ATOMS,
-what a calculation is given (positions, cell, periodicity, elements); each row is refused with a
+Two tables: ARGUMENTS, the constructor's arguments (model, cutoff, species, skin, energy, log), and
+ATOMS, what a calculation is given (positions, cell, periodicity, elements); each row is refused with a
 ValueError whose message names the argument and the problem. Every input the docs call valid gets
 its value, compared with an independent computation: LAMMPS on the same potential files (free
 clusters of every dimension, placed in a periodic box too large for any image to reach), the model
@@ -87,6 +87,7 @@ ARGUMENTS = [  # (id, model, keyword arguments, phrases of the message)
     ("skin negative", CU, dict(skin=-0.1, species={"Cu": 0}), ["skin=-0.1: must be finite and >= 0"]),
     ("skin NaN", CU, dict(skin=float("nan"), species={"Cu": 0}), ["skin=nan: must be finite and >= 0"]),
     ("skin inf", CU, dict(skin=float("inf"), species={"Cu": 0}), ["skin=inf: must be finite and >= 0"]),
+    ("log not callable", SW, dict(log="stderr"), ["log='stderr': give a function of one line of text, or None"]),
     ("energy not an output", CU, dict(energy="F", species={"Cu": 0}), ["energy='F' is not an output", "outputs: E"]),
     ("energy not a name", CU, dict(energy=None, species={"Cu": 0}), ["energy=None is not an output"]),
     ("energy not one number", "vector", dict(energy="V", species={"Cu": 0}), ["output 'V'", "shape (3,)"]),

@@ -12,7 +12,10 @@ cell, periodicity, elements) at the start of each calculation, before anything i
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import time
 from collections.abc import Mapping
 
 import numpy as np
@@ -20,6 +23,7 @@ from ase.calculators.calculator import Calculator, all_changes
 from ase.data import atomic_numbers, chemical_symbols
 from ase.stress import full_3x3_to_voigt_6_stress
 from numba import njit
+from numba.core import event as numba_event
 
 from adgrad.engine.api import compile_model, load_model
 from adgrad.engine.potentials import Potential
@@ -30,6 +34,11 @@ SLOTS = 8       # neighbour slots grow in multiples of this, so an MD run does n
 # a potential format -> its constant that is the cutoff
 CUTOFFS = {"eam": "cutoff", "eam/alloy": "cutoff", "eam/fs": "cutoff", "sw": "cut", "tersoff": "cut"}
 FLAT = 1e-12    # periodic cell vectors whose smallest singular value is below this fraction of the largest: dependent
+
+
+def stderr(line):
+    """The default log: the line on stderr, now (an MD script's output is often piped or buffered)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 class AdgradCalculator(Calculator):
@@ -50,11 +59,14 @@ class AdgradCalculator(Calculator):
     results do not depend on it (pairs beyond the cutoff are left out at every step). 0 rebuilds it at
     every step.
     energy: the model's output that is the site energy.
+    log: called with one line of text when the calculator compiles a kernel that is not in adgrad's
+    compile cache (before, and with its time after); default: printed on stderr;
+    None: silent; e.g. logging.getLogger("adgrad").info.
     """
 
     implemented_properties = ["energy", "free_energy", "energies", "forces", "stress"]
 
-    def __init__(self, model, cutoff=None, species=None, skin=0.5, energy="E", **kwargs):
+    def __init__(self, model, cutoff=None, species=None, skin=0.5, energy="E", log=stderr, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(model, (str, os.PathLike)):
             raise ValueError(f"model={model!r}: give the path of a model file")
@@ -81,6 +93,9 @@ class AdgradCalculator(Calculator):
         self.model_cutoff = known[0] if known else None
         self.cutoff = self._cutoff(cutoff, known, complete)
         self.skin = _length("skin", skin)
+        if log is not None and not callable(log):
+            raise ValueError(f"log={log!r}: give a function of one line of text, or None for silence")
+        self.log = log
         self.species = self._species(species, declared)
         self._index = np.full(len(chemical_symbols), -1.0 if self.species is not None else 0.0)  # Z -> species
         for symbol, index in (self.species or {}).items():
@@ -147,7 +162,8 @@ class AdgradCalculator(Calculator):
         self.results = {}
         try:
             super().calculate(atoms, properties, system_changes)
-            self._calculate(self.atoms)
+            with FIRST_USE.watch(self._say) if not FIRST_USE.ready else contextlib.nullcontext():
+                self._calculate(self.atoms)
         except BaseException:
             self.atoms = None       # a failed call leaves no state that a repeat with these atoms would reuse
             raise
@@ -239,6 +255,10 @@ class AdgradCalculator(Calculator):
         self._species = species
         return lattice(cell, pbc)
 
+    def _say(self, line):
+        if self.log is not None:
+            self.log(line)
+
     def _compile(self, width):
         """Compile E and dE/dR for `width` neighbour slots (a cached kernel if adgrad compiled it before)."""
         if self.sized:
@@ -246,7 +266,9 @@ class AdgradCalculator(Calculator):
         else:
             shapes = {"R": [width, 3], "valid": [width], "sn": [width]}
             model = load_model(self.path, input_shapes={n: shapes[n] for n in self.inputs if n in shapes})
-        self.kernel = compile_model(model, derivatives=[(self.energy, "R")], values=[self.energy])
+        log = None if self.log is None else (lambda line: self._say(f"adgrad: {line}: {width} neighbour slots"))
+        with FIRST_USE.paused():            # the kernel's compile says so itself
+            self.kernel = compile_model(model, derivatives=[(self.energy, "R")], values=[self.energy], log=log)
         self.width = width
         self._allocate(len(self.atoms))
 
@@ -264,6 +286,58 @@ class AdgradCalculator(Calculator):
         b["s"][:] = self._species
         return _pack(atoms.positions, first, j, S, basis, self.cutoff ** 2, self._species,
                      b["R"], b["valid"], b["index"], b["sn"])
+
+
+class FirstUse(numba_event.Listener):
+    """The calculator's own numba functions (neighbour list, packing, force assembly) compile at their first
+    call after adgrad is installed (then load from adgrad's cache): a few seconds that are announced and
+    timed as a kernel's compile is. Listens to numba's compile events (which a load from the cache does
+    not raise) during calculations until one has succeeded in this process."""
+
+    def __init__(self):
+        self.ready, self.say, self.hold, self.depth, self.t0 = False, None, False, 0, 0.0
+        self.seconds = None         # compiling: None until the first compile starts
+
+    @contextlib.contextmanager
+    def watch(self, say):
+        before, self.say = self.seconds, say
+        numba_event.register("numba:compile", self)
+        try:
+            yield
+        finally:
+            numba_event.unregister("numba:compile", self)
+        if self.seconds is not None and self.seconds != before:
+            say(f"adgrad: compiled the ASE calculator's helpers in {self.seconds:.1f} s")
+        self.ready = True
+
+    @contextlib.contextmanager
+    def paused(self):
+        self.hold = True
+        try:
+            yield
+        finally:
+            self.hold = False
+
+    def on_start(self, event):
+        if self.hold:
+            return
+        if self.depth == 0:
+            if self.seconds is None:
+                self.seconds = 0.0
+                self.say("adgrad: compiling the ASE calculator's helpers (neighbour list, packing, forces; first "
+                         "use after installing adgrad)")
+            self.t0 = time.perf_counter()
+        self.depth += 1
+
+    def on_end(self, event):
+        if self.hold:
+            return
+        self.depth -= 1
+        if self.depth == 0:
+            self.seconds += time.perf_counter() - self.t0
+
+
+FIRST_USE = FirstUse()
 
 
 def model_cutoff(model):

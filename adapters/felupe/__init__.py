@@ -21,6 +21,7 @@ hessian is taken at the old state (x[-1]), as felupe's own materials do.
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
@@ -32,6 +33,11 @@ except ImportError as e:            # pragma: no cover - the optional extra is n
 from adgrad.engine import compile_model, load_model
 
 __all__ = ["Material"]
+
+
+def stderr(line):
+    """The default log: the line on stderr, now."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def trailing(a, shape):
@@ -52,10 +58,16 @@ class Material(felupe.ConstitutiveMaterial):
     params: param values (also as keyword arguments); change `material.params` between calls, no
     recompile. threads: numba threads of each call (None: numba's setting). mode, math: as
     compile_model's.
+    log: called with one line of text before a kernel that is not in adgrad's compile cache is
+    compiled, and with its time after; default: printed on stderr; None: silent; e.g.
+    logging.getLogger("adgrad").info.
     """
 
     def __init__(self, model, *, energy=None, stress=None, F=None, params=None, threads=None, mode="auto",
-                 math="vector", **param_values):
+                 math="vector", log=stderr, **param_values):
+        if log is not None and not callable(log):
+            raise ValueError(f"log={log!r}: give a function of one line of text, or None for silence")
+        self.log = log
         if isinstance(model, (str, os.PathLike)):
             model = load_model(model)
         self.model, self.threads = model, threads
@@ -79,19 +91,24 @@ class Material(felupe.ConstitutiveMaterial):
                                  f"of shape {inputs[n].shape}")
         self.sizes = [max(1, inputs[n].size) for n in self.state]
         new = [f"{n}_new" for n in self.state]
+        gradient, hessian = self._logged("the stress P for gradient()"), self._logged("the tangent A for hessian()")
         if energy:
-            grad = compile_model(model, [(energy, self.F)], mode=mode, values=new, math=math)
-            hess = compile_model(model, [(energy, [self.F, self.F])], mode=mode, values=[], math=math)
+            grad = compile_model(model, [(energy, self.F)], mode=mode, values=new, math=math, log=gradient)
+            hess = compile_model(model, [(energy, [self.F, self.F])], mode=mode, values=[], math=math, log=hessian)
             self.P = grad.derivatives[0].name
         else:
-            grad = compile_model(model, [], mode=mode, values=[stress, *new], math=math)
-            hess = compile_model(model, [(stress, self.F)], mode=mode, values=[], math=math)
+            grad = compile_model(model, [], mode=mode, values=[stress, *new], math=math, log=gradient)
+            hess = compile_model(model, [(stress, self.F)], mode=mode, values=[], math=math, log=hessian)
             self.P = stress
         self.A = hess.derivatives[0].name
         self.kernels = {"gradient": grad, "hessian": hess}
         self._function = None
         self.x = [np.eye(3), np.zeros(sum(self.sizes))]
         self.parallel = False           # felupe's chunked evaluation is not used: the kernels are parallel
+
+    def _logged(self, what):
+        """compile_model's log for the kernel of `what`: the material's log, each line saying which kernel."""
+        return None if self.log is None else (lambda line: self.log(f"adgrad: {line}: {what}"))
 
     def _inputs(self, x):
         """adgrad's inputs of felupe's x = [F, ..., statevars]: views with the points first."""
@@ -140,7 +157,7 @@ class Material(felupe.ConstitutiveMaterial):
         if not self.energy:
             raise TypeError(f"model '{self.model.name}' is a stress model ({self.stress}): it has no energy")
         if self._function is None:
-            self._function = compile_model(self.model, [], values=[self.energy])
+            self._function = compile_model(self.model, [], values=[self.energy], log=self._logged("W for function()"))
         F, _, inputs = self._inputs(x)
         W = np.empty(F.shape[2:])
         self._function.evaluate(inputs, out={self.energy: W.reshape(-1)}, params=self.params,
