@@ -16,7 +16,9 @@ from ase import Atoms, units
 from ase.build import bulk
 from ase.calculators.calculator import PropertyNotImplementedError
 from ase.calculators.fd import calculate_numerical_forces, calculate_numerical_stress
+from ase.md.langevin import Langevin
 from ase.md.verlet import VelocityVerlet
+from ase.neighborlist import neighbor_list
 
 from adgrad.ase import AdgradCalculator
 from adgrad.engine.api import load_model
@@ -166,9 +168,11 @@ def test_velocity_verlet_conserves_energy(cu):
 
 def test_skin_and_slot_growth_do_not_change_results(cu_model):
     """A neighbour list kept within a skin (rebuilt as atoms drift past half of it) equals one built
-    at every step; slots grow in multiples of 8, only when an atom has more neighbours than slots."""
-    kept = AdgradCalculator(cu_model, cutoff(cu_model), {"Cu": 0}, skin=0.3)
-    fresh = AdgradCalculator(cu_model, cutoff(cu_model), {"Cu": 0}, skin=0.0)
+    at every step; slots come in multiples of 4 and grow only when an atom has more neighbours than
+    slots, which the calculator says through its log."""
+    lines = []
+    kept = AdgradCalculator(cu_model, cutoff(cu_model), {"Cu": 0}, skin=0.3, log=lines.append)
+    fresh = AdgradCalculator(cu_model, cutoff(cu_model), {"Cu": 0}, skin=0.0, log=None)
     atoms, rng = copper(2, 0.05, seed=5), np.random.default_rng(5)
     start = atoms.positions.copy()
     for _ in range(25):
@@ -178,12 +182,17 @@ def test_skin_and_slot_growth_do_not_change_results(cu_model):
         np.testing.assert_allclose(e, fresh.get_potential_energies(atoms), rtol=1e-13)
     assert np.linalg.norm(atoms.positions - start, axis=1).max() > kept.skin     # rebuilt on the way
     width, kernel = kept.width, kept.kernel
-    assert width % 8 == 0
+    assert width % 4 == 0 and not [line for line in lines if "slots" in line and "more than" in line]
     squeezed = atoms.copy()
-    squeezed.set_cell(atoms.cell * 0.9, scale_atoms=True)      # 0.73 of the volume: more neighbours
+    squeezed.set_cell(atoms.cell * 0.85, scale_atoms=True)     # 0.61 of the volume: more neighbours
     squeezed.calc = kept
     f = squeezed.get_forces()
-    assert kept.width > width and kept.width % 8 == 0 and kept.kernel is not kernel
+    assert kept.width > width and kept.width % 4 == 0 and kept.kernel is not kernel
+    grown = [line for line in lines if "more than" in line]
+    assert len(grown) == 1 and re.fullmatch(
+        rf"adgrad: an atom has \d+ neighbours within the cutoff of {cutoff(cu_model):g} A, more than the {width} "
+        rf"slots of the kernel; compiling for {kept.width} \(AdgradCalculator\(N=\.\.\.\) sets them from the start\)",
+        grown[0]), grown
     d, h = rng.normal(size=f.shape), 1e-5          # every force at once: the energy along a direction d
     along = [kept.get_potential_energy(Atoms(squeezed.numbers, squeezed.positions + t * d, cell=squeezed.cell,
                                              pbc=True)) for t in (h, -h)]
@@ -192,6 +201,31 @@ def test_skin_and_slot_growth_do_not_change_results(cu_model):
     squeezed.positions += 0.01
     squeezed.get_forces()
     assert kept.kernel is kernel                    # no recompile while the slots suffice
+
+
+def test_md_at_600_K_does_not_recompile():
+    """Stillinger-Weber silicon held at 600 K: atoms of the second shell (3.84 A) come within the
+    cutoff (3.77 A) within a few steps, and an atom's neighbours go from 4 to 10 and more. The slots,
+    sized at the first step from the neighbour list within cutoff + skin (16: both shells), hold
+    them: one kernel for the whole run, nothing compiled or said after the first step."""
+    lines = []
+    calc = AdgradCalculator(ROOT / "configs" / "si_sw_model.yaml", log=lines.append)
+    atoms = bulk("Si", "diamond", a=5.431, cubic=True).repeat(2)
+    kT, rng = 1200 * units.kB, np.random.default_rng(0)    # twice 600 K: half goes into the potential energy
+    atoms.set_momenta(np.sqrt(atoms.get_masses()[:, None] * kT) * rng.normal(size=(len(atoms), 3)))
+    atoms.calc = calc
+    md = Langevin(atoms, timestep=2 * units.fs, temperature_K=600, friction=0.02 / units.fs, fixcm=False, rng=rng)
+    atoms.get_forces()
+    kernel, said, counts, temperatures = calc.kernel, len(lines), [], []
+
+    def step():
+        counts.append(np.bincount(neighbor_list("i", atoms, calc.cutoff)).max())   # ASE's list: the oracle
+        temperatures.append(atoms.get_temperature())
+        assert calc.kernel is kernel and len(lines) == said
+    md.attach(step, interval=2)
+    md.run(100)
+    assert calc.width == 16 and max(counts) > 8         # 8: the slots sized from the first step's 4 neighbours
+    assert 400 < np.mean(temperatures[len(temperatures) // 2:]) < 800
 
 
 def test_first_compile_of_the_helpers_is_announced():

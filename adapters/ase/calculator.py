@@ -13,6 +13,7 @@ cell, periodicity, elements) at the start of each calculation, before anything i
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import time
@@ -30,7 +31,7 @@ from adgrad.engine.potentials import Potential
 
 from .neighbours import lattice, neighbour_list
 
-SLOTS = 8       # neighbour slots grow in multiples of this, so an MD run does not recompile every few steps
+SLOTS = 4       # neighbour slots come in multiples of this: runs whose counts differ by one share a kernel
 # a potential format -> its constant that is the cutoff
 CUTOFFS = {"eam": "cutoff", "eam/alloy": "cutoff", "eam/fs": "cutoff", "sw": "cut", "tersoff": "cut"}
 FLAT = 1e-12    # periodic cell vectors whose smallest singular value is below this fraction of the largest: dependent
@@ -59,14 +60,21 @@ class AdgradCalculator(Calculator):
     results do not depend on it (pairs beyond the cutoff are left out at every step). 0 rebuilds it at
     every step.
     energy: the model's output that is the site energy.
+    N: the neighbour slots to compile for (the model's N). By default, at the first calculation, the most
+    pairs any atom has in the neighbour list (within cutoff + skin) times 1 + headroom, rounded up to a
+    multiple of 4: within the list's lifetime no atom can have more neighbours within the cutoff, so
+    thermal motion does not recompile. An atom with more neighbours than slots compiles for more, and
+    says so through `log`.
+    headroom: the fraction of slots added to that count (>= 0).
     log: called with one line of text when the calculator compiles a kernel that is not in adgrad's
-    compile cache (before, and with its time after); default: printed on stderr;
+    compile cache (before, and with its time after) or grows its slots; default: printed on stderr;
     None: silent; e.g. logging.getLogger("adgrad").info.
     """
 
     implemented_properties = ["energy", "free_energy", "energies", "forces", "stress"]
 
-    def __init__(self, model, cutoff=None, species=None, skin=0.5, energy="E", log=stderr, **kwargs):
+    def __init__(self, model, cutoff=None, species=None, skin=0.5, energy="E", N=None, headroom=0.0, log=stderr,
+                 **kwargs):
         super().__init__(**kwargs)
         if not isinstance(model, (str, os.PathLike)):
             raise ValueError(f"model={model!r}: give the path of a model file")
@@ -93,6 +101,7 @@ class AdgradCalculator(Calculator):
         self.model_cutoff = known[0] if known else None
         self.cutoff = self._cutoff(cutoff, known, complete)
         self.skin = _length("skin", skin)
+        self.N, self.headroom = _slots_argument(N), _headroom(headroom)
         if log is not None and not callable(log):
             raise ValueError(f"log={log!r}: give a function of one line of text, or None for silence")
         self.log = log
@@ -179,7 +188,7 @@ class AdgradCalculator(Calculator):
                 self._allocate(n)
             count = self._pack(atoms)
             if self.kernel is None or count > self.width:    # more neighbours than slots: compile, pack again
-                self._compile(-(-max(count, 1) // SLOTS) * SLOTS)
+                self._compile(self._width(count))
                 self._pack(atoms)
             out = self.kernel.evaluate({name: self.buffers[name] for name in self.inputs}, out=self.out)
             forces, virial = np.zeros((n, 3)), np.zeros((3, 3))
@@ -254,6 +263,20 @@ class AdgradCalculator(Calculator):
             raise ValueError(f"no species index for {', '.join(symbols)}: {_listed(bad)} (species={mapped})")
         self._species = species
         return lattice(cell, pbc)
+
+    def _width(self, count):
+        """Slots for a kernel that fits `count` neighbours within the cutoff: N= if it does, else the most
+        pairs of an atom in the neighbour list with headroom (said through log when slots grow)."""
+        if self.kernel is None and self.N is not None and count <= self.N:
+            return self.N
+        first = self._list[0][0]
+        reach = int(np.diff(first).max(initial=0))
+        width = max(SLOTS, SLOTS * math.ceil(max(count, reach * (1 + self.headroom)) / SLOTS))
+        if self.kernel is not None or self.N is not None:
+            self._say(f"adgrad: an atom has {count} neighbours within the cutoff of {self.cutoff:g} A, more than "
+                      f"the {self.width or self.N} slots of the kernel; compiling for {width} "
+                      f"(AdgradCalculator(N=...) sets them from the start)")
+        return width
 
     def _say(self, line):
         if self.log is not None:
@@ -355,6 +378,22 @@ def model_cutoff(model):
             raise ValueError(f"params.{name}: the potential's {key} is {value}, not a positive distance")
         found.append((value, f"params.{name}: {key}"))
     return (max(found) if found else None), complete
+
+
+def _slots_argument(n):
+    if n is None:
+        return None
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"N={n!r}: give the number of neighbour slots, an integer >= 1 (or None: sized from the "
+                         f"neighbour list)")
+    return int(n)
+
+
+def _headroom(value):
+    arr = np.asarray(value) if not isinstance(value, (str, bytes)) else None
+    if arr is None or arr.ndim or arr.dtype.kind not in "iuf" or not (np.isfinite(arr) and arr >= 0):
+        raise ValueError(f"headroom={value!r}: give a fraction >= 0 of slots to add (0.25: a quarter more)")
+    return float(arr)
 
 
 def _length(name, value, positive=False):
