@@ -417,7 +417,7 @@ def test_a_full_compile_cache_is_a_warning_and_the_results_are_the_same(tmp_path
         results.append(r.stdout)
     assert results[0] == results[1]
     shutil.rmtree(tmp_path / "cache")
-    r = limited(3000, "check", tmp_path / "config.yaml", "--points", 4,
+    r = limited(3000, "check", tmp_path / "config.yaml", "--points", 4, "-q",     # -q: no compile lines
                 env={"ADGRAD_CACHE_DIR": str(tmp_path / "cache")})
     assert r.returncode == 0 and "comparisons agree" in r.stdout, r.stdout + r.stderr
     assert_one_cache_warning(r.stderr, tmp_path / "cache", "File too large")
