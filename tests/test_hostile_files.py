@@ -362,7 +362,7 @@ def test_an_output_too_large_for_its_disk_is_one_line_and_nothing_left(tmp_path,
     if writer_name == "run":        # 10**8 points declared, no storage: the output's layout is what fails
         with h5py.File(tmp_path / "in.h5", "w") as f:
             f.create_dataset("points", shape=(10 ** 8, 100), dtype="f8", chunks=(1000, 100))
-        args = ["run", tmp_path / "config.yaml"]
+        args = ["run", tmp_path / "config.yaml", "-q"]     # -q: no line about the compile
         out = tmp_path / "out.h5"
     elif writer_name == "sample":
         args = ["sample", tmp_path / "model.yaml", "-n", 100_000, "-o", tmp_path / "s.h5"]
