@@ -581,7 +581,8 @@ def test_sigterm_at_any_moment_exits_cleanly(tmp_path, delay):
     workspace(tmp_path)
     before = snapshot(tmp_path)
     p = subprocess.Popen([sys.executable, "-c", "from adgrad.cli.entry import main; main()", "run",
-                          str(tmp_path / "config.yaml"), "--chunk", "2"], stderr=subprocess.PIPE, text=True)
+                          str(tmp_path / "config.yaml"), "--chunk", "2", "-q"],     # -q: no line about the compile
+                         stderr=subprocess.PIPE, text=True)
     time.sleep(delay)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=120)
