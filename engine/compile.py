@@ -10,7 +10,8 @@ import numpy as np
 from .ad import select
 from .ad.transform import jacobian_forward, jacobian_reverse
 from .codegen.emit import Emitter
-from .codegen.load import is_cold, load, module_source
+from .codegen.direct import untranslated
+from .codegen.load import is_cold, load, module_source, warn
 from .codegen.vector import lanes_fit
 from .errors import SpecError
 from .ir.core import Builder, Graph, Var
@@ -70,18 +71,30 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, 
         scalar = None
     em, body = _emit(scalar or graph, graph, math, lanes=scalar is not None and lanes_fit(scalar, math))
     per_point = [True] * len(graph.inputs) + [False] * len(graph.params) + [True] * len(graph.outputs)
-    source = module_source(model.name, em.globals, em.args, body, per_point, math, em.lanes)
-    module = load(source)
-    cold = is_cold(module)
+
+    def kernel_of(translate):
+        source = module_source(model.name, em.globals, em.args, body, per_point, math, em.lanes, translate)
+        return CompiledKernel(model, graph, derivs, source, load(source), em.work_size,
+                              {n: v.shape for n, v in graph.outputs.items()},
+                              frozenset(d.name for d in derivs if d.kind == "sum"), scalar is not None,
+                              scalar or graph, math, tuple(em.calls), lanes=bool(em.lanes),
+                              in_output_rows=tuple((em.names[v], out[4:]) for v, out in em.staged.items()))
+    kernel = kernel_of(None)
+    cold = is_cold(kernel.module)
     if cold and log:
         log(f"compiling {model.name} (first use of this model and these derivatives)")
-    kernel = CompiledKernel(model, graph, derivs, source, module, em.work_size,
-                            {n: v.shape for n, v in graph.outputs.items()},
-                            frozenset(d.name for d in derivs if d.kind == "sum"), scalar is not None, scalar or graph,
-                            math, tuple(em.calls), lanes=bool(em.lanes),
-                            in_output_rows=tuple((em.names[v], out[4:]) for v, out in em.staged.items()))
-    kernel.evaluate({n: np.empty((0,) + v.shape) for n, v in graph.inputs.items()})   # jit (or load) now
-    module._adgrad_cold = False         # compiled: warm for the rest of the process
+    empty = {n: np.empty((0,) + v.shape) for n, v in graph.inputs.items()}
+    try:
+        kernel.evaluate(empty)          # jit (or load) now
+    except Exception as exc:            # noqa: BLE001  (a body codegen/direct.py could not translate after all)
+        reason = untranslated(exc)
+        if reason is None:
+            raise
+        warn(f"model '{model.name}': {reason}; its kernel is compiled by numba's front end instead (slower to "
+             f"compile, the same results)")
+        kernel = kernel_of(False)
+        kernel.evaluate(empty)
+    kernel.module._adgrad_cold = False      # compiled: warm for the rest of the process
     kernel.cold, kernel.compile_seconds = cold, time.perf_counter() - start
     if cold and log:
         log(f"compiled {model.name} in {kernel.compile_seconds:.1f} s")

@@ -7,11 +7,16 @@ the tools, the adapters) lives in the same directory, never beside the installed
 "numba's cache of adgrad's functions" below). The cache only buys speed: a full disk makes a warning
 and a run without it, never an error.
 
+The bodies of `point` (or of a lanes kernel's `lanes`) are translated to LLVM IR by codegen/direct.py
+when they are of its subset (every body the code generator writes today), not by numba's front end: a
+cold compile in a fraction of the time, the same bits. The drivers call the translated body.
+
 Kernels are compiled with IEEE semantics (no fastmath flags). With `contract` and `reassoc` a process
 that compiled a kernel computed other last bits than one that loaded it from the cache, which breaks
 bit-for-bit resume and merge; without them the benchmarks measured no slowdown."""
 from __future__ import annotations
 
+import ast
 import atexit
 import collections
 import errno
@@ -30,6 +35,7 @@ from numba.core.dispatcher import Dispatcher
 
 from ..errors import DataError, os_reason
 from ..ir.op import OPS
+from . import direct
 from .vector import LANES_BLOCK
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -40,13 +46,19 @@ import math
 import numpy as np
 from numba import njit
 '''
+DIRECT = True       # straight-line and loop bodies of the generated subset compiled by codegen/direct.py
+DIRECT_IMPORT = "from adgrad.engine.codegen.direct import direct as __direct"
 # the numeric helpers the ops' lowerings call, and the batch drivers' own
 HELPERS = tuple(dict.fromkeys([h for op in OPS.values() for h in op.helpers] + ["nonfinite", "fetch_add"]))
 
-# `point` is inlined into the drivers by LLVM (forceinline) up to INLINE_MAX statements. A call passes
-# each array's fields one by one, about 40 cycles per point: 20% of the neo-Hookean tangent's time
-# (2026-11-26, one thread, 69.6 -> 56.0 ns/point), 2-4% of EAM's. A longer body amortizes the call, and
-# compiles slower inlined (Ogden's tangent, 1,900 statements: 0.8 s more for 2%).
+# A body that codegen/direct.py translates is translated inside each driver that is compiled (the drivers
+# call `__point_body`): translated and optimized once, in place, where numba compiled `point` and then
+# optimized and machine-coded it again inlined into (or linked to) every driver. Otherwise the drivers
+# call `point`, which LLVM inlines (forceinline) up to INLINE_MAX statements. A call passes each array's
+# fields one by one, about 40 cycles per point: 20% of the neo-Hookean tangent's time (2026-11-26, one
+# thread, 69.6 -> 56.0 ns/point), 2-4% of EAM's. A longer body amortizes the call, and compiles slower
+# inlined (Ogden's tangent, 1,900 statements: 0.8 s more for 2%). The same option inlines `point` into the
+# caller's own numba code.
 INLINE_MAX = 1000
 
 # A driver is a serial function that every thread of a call runs at once (engine/kernel.py
@@ -69,7 +81,7 @@ def {name}(next_row, block, {rows}, work, bad):
     m = {first}.shape[0]
     check = bad.shape[0] > 0''' + BLOCKS.replace("{body}", '''\
         for i in range(lo, hi):
-            point({row_args}, work){check}''')
+            {point}({row_args}, work){check}''')
 # The strided drivers take each per-point array a as (a, a_n, a_sk, a_si): a flat float64 view of its
 # memory from its first entry, the entries per point, and the element strides between a point's
 # entries and between points: entry k of point i is a[k * a_sk + i * a_si] (kernel.py's `strided`).
@@ -94,20 +106,15 @@ def {name}(next_row, block, m, {sargs}, work, {bufs}, bad):
 # b < n of a block whose values are at work[(row + k) * step + b]. batch moves each block's rows in
 # and out (flat rows, literal sizes: LLVM vectorizes the moves too); point runs one point through the
 # same body, so the strided driver and kernel.point_kernel give batch's bits.
-LANES = '''
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def lanes({params}work, n):
-    """Points b < n of a block of {step}: element k of a point's array at work[(row + k) * {step} + b]."""
-    for b in range(n):
-{body}
-
+LANES_DOC = ('''    """Points b < n of a block of {step}: element k of a point's array at '''
+             '''work[(row + k) * {step} + b]."""\n''')
+LANES = '''{lanes}
 
 @njit(cache=True, nogil=True, error_model="numpy", forceinline=True)
 def point({args}, work):
     """One point through `lanes`."""
 {put}
-    lanes({params}work, 1)
+    {lanes_call}({params}work, 1)
 {get}
     return
 
@@ -123,7 +130,7 @@ def batch(next_row, block, {args}, work, bad):
             n = __select(s + {step} < hi, {step}, hi - s)
             for b in range(n):
 {gather}
-            lanes({params}work, n)
+            {lanes_call}({params}work, n)
             for b in range(n):
 {scatter}
                 if check:
@@ -159,10 +166,13 @@ def cache_dir():
     return d
 
 
-def module_source(model_name, globals_lines, point_args, body_lines, per_point, math="vector", lanes=None):
+def module_source(model_name, globals_lines, point_args, body_lines, per_point, math="vector", lanes=None,
+                  translate=None):
     """The whole kernel module. `per_point[k]` says whether point_args[k] is indexed by point; `math`
     (the Emitter's: vector or libm) is named in the header, so it is part of the cache key. `lanes`:
-    {per-point argument: (row, size)} of a lanes kernel (the Emitter's), whose body is `lanes`'s."""
+    {per-point argument: (row, size)} of a lanes kernel (the Emitter's), whose body is `lanes`'s.
+    `translate`: whether a body of codegen/direct.py's subset is translated by it (default DIRECT)."""
+    translate = DIRECT if translate is None else translate
     src = HEADER.format(model=model_name, math=math)
     for h in HELPERS:                  # "name" is in numeric/scalar.py, "module.name" in numeric/module.py
         module, _, name = h.rpartition(".")
@@ -175,21 +185,46 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point, 
     if globals_lines:
         src += "\n" + "\n".join(globals_lines) + "\n"
     if lanes:
-        return src + _lanes(point_args, body_lines, per_point, lanes) + \
-            _strided("strided", point_args, per_point, lanes)
+        text, call = _lanes(point_args, body_lines, per_point, lanes, translate)
+        src = src + text + _strided("strided", point_args, per_point, lanes, call)
+        return _import_direct(src)
     statements = sum(1 for line in body_lines if not line.lstrip().startswith("#"))
     options = "cache=True, nogil=True, error_model='numpy'" + (", forceinline=True" if statements <= INLINE_MAX else "")
-    src += f"\n\n@njit({options})\ndef point({', '.join(point_args)}, work):\n"
-    src += "\n".join(body_lines) + "\n    return\n"
+    text, call = _function("point", options, f"{', '.join(point_args)}, work", "\n".join(body_lines) + "\n    return\n",
+                           translate=translate)
+    src += text
     rows = [f"{a}" for a in point_args]
     row_args = ", ".join(f"{a}[i]" if pp else a for a, pp in zip(point_args, per_point))
     first = next(a for a, pp in zip(point_args, per_point) if pp)
     checks = " | ".join(f"__nonfinite({a}[i])" for a, pp in zip(point_args, per_point) if pp)
     common = dict(rows=", ".join(rows), first=first, row_args=row_args)
     check = f"\n            if check:\n                bad[i] = {checks}"
-    src += DRIVER.format(name="batch", doc=CHECK_DOC, check=check, **common)
-    src += _strided("strided", point_args, per_point)
-    return src
+    src += DRIVER.format(name="batch", doc=CHECK_DOC, check=check, point=call, **common)
+    src += _strided("strided", point_args, per_point, callee=call)
+    return _import_direct(src)
+
+
+def _function(name, options, params, body, doc="", translate=True):
+    """(source, what the drivers call) of the kernel's function `name`. When `translate` and every statement
+    is of codegen/direct.py's subset, its body is translated (numba's front end costs 5-8 ms of CPU a
+    statement, direct.py): the intrinsic `__<name>_body`, which the drivers call, so that the body is
+    translated and optimized once, inside the driver compiled, and `name` an njit function calling it
+    (point: for the caller's own numba code). Else `name` is compiled by numba's front end."""
+    if translate:
+        try:
+            direct.supported(ast.parse(f"def {name}({params}):\n{body}").body[0])
+        except (direct.Unsupported, SyntaxError):
+            pass
+        else:
+            return (f"\n\n# compiled by engine/codegen/direct.py, not by numba's front end\n"
+                    f"def {name}_body({params}):\n{body}\n\n__{name}_body = __direct({name}_body)\n\n\n"
+                    f"@njit({options})\ndef {name}({params}):\n{doc}    __{name}_body({params})\n"), f"__{name}_body"
+    return f"\n\n@njit({options})\ndef {name}({params}):\n{doc}{body}", name
+
+
+def _import_direct(src):
+    return src.replace("from numba import njit\n", f"from numba import njit\n{DIRECT_IMPORT}\n", 1) \
+        if "= __direct(" in src else src
 
 
 def _call_repeated(body_lines):
@@ -211,8 +246,8 @@ def _params(point_args, per_point):
     return "".join(f"{a}, " for a, pp in zip(point_args, per_point) if not pp)
 
 
-def _lanes(point_args, body_lines, per_point, rows):
-    """The lanes function, point and batch of a lanes kernel (LANES)."""
+def _lanes(point_args, body_lines, per_point, rows, translate):
+    """(The lanes function, point and batch of a lanes kernel (LANES), what the drivers call for `lanes`)."""
     step = LANES_BLOCK
     params = _params(point_args, per_point)
     arrays = [a for a, pp in zip(point_args, per_point) if pp]
@@ -229,12 +264,16 @@ def _lanes(point_args, body_lines, per_point, rows):
         buf, arr = at(a, " + b"), f"f_{a}[(s + b) * {size} + k]"
         dst, src = (buf, arr) if a in ins else (arr, buf)
         return f"{' ' * depth}for k in range({size}):\n{' ' * (depth + 4)}{dst} = {src}"
+    body = "    for b in range(n):\n" + "\n".join("    " + line for line in body_lines) + "\n"
+    text, call = _function("lanes", 'cache=True, nogil=True, error_model="numpy"', f"{params}work, n", body,
+                           LANES_DOC.format(step=step), translate)
     return LANES.format(
         params=params, args=", ".join(point_args), step=step, first=arrays[0], doc=CHECK_DOC,
-        body="\n".join("    " + line for line in body_lines), put=lines(4, put), get=lines(4, get),
+        lanes=text, lanes_call=call,
+        put=lines(4, put), get=lines(4, get),
         flat=lines(4, [f"f_{a} = {a}.reshape({a}.size)     # flat rows: literal strides below" for a in arrays]),
         gather="\n".join(move(a, 16) for a in ins), scatter="\n".join(move(a, 16) for a in arrays if a not in ins),
-        checks=" | ".join(f"__nonfinite({a}[s + b])" for a in arrays))
+        checks=" | ".join(f"__nonfinite({a}[s + b])" for a in arrays)), call
 
 
 def _lane_at(rows, a, lane=""):
@@ -243,10 +282,11 @@ def _lane_at(rows, a, lane=""):
     return f"work[{f'{rows[a][0] * step} + ' if rows[a][0] else ''}k * {step}{lane}]"
 
 
-def _strided(name, point_args, per_point, rows=None):
+def _strided(name, point_args, per_point, rows=None, callee="point"):
     """The strided driver (STRIDED): results are the arguments named out_* (the Emitter's names),
     gathered inputs the other per-point ones. A lanes kernel's (`rows`) moves each block of row
-    buffers through the workspace and `lanes` instead of calling point row by row."""
+    buffers through the workspace and `lanes` instead of calling point row by row. `callee`: what it
+    calls for point (or a lanes kernel's lanes): the function, or its translated body."""
     arrays = [a for a, pp in zip(point_args, per_point) if pp]
     ins = [a for a in arrays if not a.startswith("out_")]
     sargs = ", ".join(", ".join((a, f"{a}_n", f"{a}_sk", f"{a}_si")) if pp else a
@@ -261,13 +301,14 @@ def _strided(name, point_args, per_point, rows=None):
         return f"{' ' * 12}for k in range({a}_n):\n{' ' * 16}for b in range(n):\n{' ' * 20}{dst} = {src}"
     checks = " | ".join(f"__nonfinite({'r' if a in ins else 'b'}_{a}[b])" for a in arrays)
     check = f"\n{' ' * 16}if check:\n{' ' * 20}bad[s + b] = {checks}"
-    call = f"{' ' * 12}for b in range(n):\n{' ' * 16}point({buf_args}, work){check}"
+    call = f"{' ' * 12}for b in range(n):\n{' ' * 16}{callee}({buf_args}, work){check}"
     if rows:
         def lane(a, put):
             at, buf = _lane_at(rows, a, " + b"), f"{'r' if a in ins else 'b'}_{a}[b, k]"
             return f"{' ' * 16}for k in range({rows[a][1]}):\n{' ' * 20}{at + ' = ' + buf if put else buf + ' = ' + at}"
         call = "\n".join([f"{' ' * 12}for b in range(n):", *(lane(a, True) for a in ins),
-                          f"{' ' * 12}lanes({_params(point_args, per_point)}work, n)", f"{' ' * 12}for b in range(n):",
+                          f"{' ' * 12}{callee}({_params(point_args, per_point)}work, n)",
+                          f"{' ' * 12}for b in range(n):",
                           *(lane(a, False) for a in arrays if a not in ins)]) + check
     return STRIDED.format(name=name, sargs=sargs, bufs=bufs, step=STRIDED_BLOCK, call=call,
                           gather="\n".join(move(a) for a in ins) or " " * 12 + "pass",
@@ -280,7 +321,8 @@ def load(source):
     not verify (the source file's text, numba's files against the checksums `seal` wrote) is discarded
     with a one-line warning and rebuilt, so a damaged cache never breaks a model; a cache that cannot
     be written (a full disk) is warned about in one line and the module compiled without it."""
-    digest = hashlib.sha256((source + _helpers_fingerprint()).encode()).hexdigest()[:20]
+    key = source + _helpers_fingerprint() + (_direct_fingerprint() if DIRECT_IMPORT in source else "")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:20]
     name = f"adgrad_kernel_{digest}"
     if name in sys.modules:
         return sys.modules[name]
@@ -304,13 +346,13 @@ def _load_cached(name, digest, source):
     cold = True
     if not _holds(path, source):
         if os.path.exists(path):
-            _warn(f"the cached kernel source {path} was damaged; rewritten")
+            warn(f"the cached kernel source {path} was damaged; rewritten")
         _write_atomic(path, source.encode())   # concurrent jobs never import a half-written file
         _discard_numba_cache(path)
     else:
         state = _numba_cache_state(path)
         if state == "damaged":
-            _warn(f"a compiled kernel in {os.path.dirname(path)}/__pycache__ for {os.path.basename(path)} was "
+            warn(f"a compiled kernel in {os.path.dirname(path)}/__pycache__ for {os.path.basename(path)} was "
                   f"damaged; discarded, recompiling")
         if state != "ok":           # unverified (never sealed: an older adgrad, a crash): rebuilt quietly
             _discard_numba_cache(path)
@@ -367,6 +409,13 @@ def _helpers_fingerprint():
         with open(os.path.join(numeric, module + ".py"), "rb") as f:
             h.update(f.read())
     return h.hexdigest()
+
+
+@functools.cache
+def _direct_fingerprint():
+    """A hash of codegen/direct.py, part of the key of a kernel whose bodies it translates."""
+    with open(direct.__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def _holds(path, source):
@@ -453,7 +502,7 @@ def _seal_path(path):
         pass                    # a cache we cannot write to is only slower, never wrong
 
 
-def _warn(message):
+def warn(message):
     print(f"adgrad: warning: {message}", file=sys.stderr)
 
 
@@ -464,7 +513,7 @@ def _cannot_write(exc):
     """One line per process: the compile cache could not be written (the run goes on without it)."""
     if "write" not in _WARNED:
         _WARNED.add("write")
-        _warn(f"cannot write to the compile cache {_cache_root()} ({os_reason(exc)}); compiling without it "
+        warn(f"cannot write to the compile cache {_cache_root()} ({os_reason(exc)}); compiling without it "
               f"(slower to start; free space or set ADGRAD_CACHE_DIR)")
 
 
@@ -513,7 +562,7 @@ class _Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
             _HELPER_ENTRIES.add(self._entry)
             state = _numba_cache_state(self._entry)
             if state == "damaged":
-                _warn(f"a compiled helper in {self.get_cache_path()} was damaged; discarded, recompiling")
+                warn(f"a compiled helper in {self.get_cache_path()} was damaged; discarded, recompiling")
             if state != "ok":
                 _discard_numba_cache(self._entry)
         return self
@@ -549,7 +598,7 @@ class _AdgradCache(caching.FunctionCache):
         try:
             return super().load_overload(sig, target_context)
         except Exception as exc:     # noqa: BLE001  (whatever a damaged file raises: compiled instead)
-            _warn(f"cannot read the compiled code in {self.cache_path} ({type(exc).__name__}: {exc}); "
+            warn(f"cannot read the compiled code in {self.cache_path} ({type(exc).__name__}: {exc}); "
                   f"recompiling")
             return None
 
