@@ -187,7 +187,7 @@ def test_eam_gradient_kernel_calls_exp_once_per_element():
     """CSE shares the exp between the value and the gradient: one exp call in the whole kernel,
     inside the single loop over x, and the gradient pass reads the stored product."""
     kernel = compile_model(load_model(MODEL), derivatives=[("E", "x")], mode="reverse")
-    point = kernel.source[kernel.source.index("def point("):kernel.source.index("def batch(")]
+    point = kernel.source[kernel.source.index("def point_body("):kernel.source.index("def point(")]
     assert point.count("__vexp(") == 1 and "np.exp(" not in point      # vectorized (tests/test_vectorize.py)
     assert point.count("for i0 in range(100):") == 2
 
