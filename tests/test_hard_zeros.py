@@ -52,6 +52,15 @@ def model(tmp_path_factory):
     return api.load_model(str(path))
 
 
+@pytest.fixture(scope="module")
+def kernels(model):
+    """mode -> one kernel of every E_k's gradient and Hessian (the first derivative by that mode, then
+    forward mode over it), which both tests read: one compile per mode."""
+    n = range(len(SINGULAR))
+    return {mode: api.compile_model(model, derivatives=[(f"E{k}", "x") for k in n] + [(f"E{k}", ["x", "x"]) for k in n],
+                                    mode=mode) for mode in ("forward", "reverse")}
+
+
 def points(k):
     singular, (lo, hi) = list(SINGULAR.values())[k]
     rng = np.random.default_rng(k)
@@ -63,9 +72,8 @@ def points(k):
 
 
 @pytest.mark.parametrize("mode", ["forward", "reverse"])
-def test_where_gives_hard_zeros_for_every_singular_function(model, mode):
-    k_all = range(len(SINGULAR))
-    kernel = api.compile_model(model, derivatives=[(f"E{k}", "x") for k in k_all], mode=mode)
+def test_where_gives_hard_zeros_for_every_singular_function(kernels, mode):
+    kernel = kernels[mode]
     h = 1e-6
     for k, expr in enumerate(SINGULAR):
         pts = points(k)
@@ -81,11 +89,10 @@ def test_where_gives_hard_zeros_for_every_singular_function(model, mode):
 
 
 @pytest.mark.parametrize("mode", ["forward", "reverse"])
-def test_second_derivatives_keep_the_hard_zeros(model, mode):
+def test_second_derivatives_keep_the_hard_zeros(kernels, mode):
     """A Hessian (the first derivative by `mode`, then forward mode over it) is finite, 0 in the padding
     row and column, and equals central differences of the gradient."""
-    kernel = api.compile_model(model, derivatives=[(f"E{k}", "x") for k in range(len(SINGULAR))]
-                               + [(f"E{k}", ["x", "x"]) for k in range(len(SINGULAR))], mode=mode)
+    kernel = kernels[mode]
     h = 1e-6
     for k, expr in enumerate(SINGULAR):
         pts = points(k)

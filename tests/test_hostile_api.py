@@ -184,14 +184,28 @@ CUBE = """
 """
 
 
-@pytest.mark.parametrize("init", ["10000.0", "1e100", "-10000.0", "-1.0", "1e-8", "a * 1e6"])
+# a start as (x0, s): init x0 + s * a, params of one kernel per max_iter (the literal start: the test below)
+STARTS = {"10000.0": (1e4, 0.0), "1e100": (1e100, 0.0), "-10000.0": (-1e4, 0.0), "-1.0": (-1.0, 0.0),
+          "1e-8": (1e-8, 0.0), "a * 1e6": (0.0, 1e6)}
+
+
+@pytest.fixture(scope="module")
+def cubes(tmp_path_factory):
+    """max_iter -> the kernel of x**3 = a solved from init x0 + s * a (x0, s: params)."""
+    root, params = tmp_path_factory.mktemp("cubes"), "params:\n      x0: 0.0\n      s: 0.0\n    let:"
+    texts = {iters: CUBE.format(init="x0 + s * a", iters=iters).replace("let:", params) for iters in (25, 100)}
+    return {iters: compile_model(load_model(write(root, text, f"cube{iters}.yaml")), [("y", "a")])
+            for iters, text in texts.items()}
+
+
+@pytest.mark.parametrize("init", list(STARTS))
 @pytest.mark.parametrize("iters", [25, 100])
-def test_a_solve_from_far_away_converges_to_round_off_or_flags_the_point(tmp_path, init, iters):
+def test_a_solve_from_far_away_converges_to_round_off_or_flags_the_point(cubes, init, iters):
     """x**3 = a from starts 10^4 and 10^100 away (and others Newton handles badly): each point is either
     the root to round-off, with dx/da = 1/(3 x^2) to round-off, or NaN in both, never a number in between."""
-    k = compile_model(load_model(write(tmp_path, CUBE.format(init=init, iters=iters))), [("y", "a")])
     a = np.concatenate([np.geomspace(1e-6, 1e6, 40), [0.5, 1.0, 2.0, 8.0]])
-    out = k.evaluate({"a": a})
+    x0, s = STARTS[init]
+    out = cubes[iters].evaluate({"a": a}, params={"x0": x0, "s": s})
     y, dy = out["y"], out["dy_da"]
     flagged = np.isnan(y)
     assert np.array_equal(flagged, np.isnan(dy))
