@@ -17,6 +17,7 @@ from .errors import SpecError
 from .limits import DEFAULT_MEMORY, MAX_CHUNK, MAX_ELEMENTS, MIN_MEMORY, MAX_NEWTON, MAX_YAML_DEPTH, MAX_YAML_VALUES
 from .numeric.tables import check_grid
 from .potentials import READERS, SUFFIXES, format_of
+from .potentials.locate import locate
 
 
 @dataclass(frozen=True)
@@ -483,7 +484,11 @@ def _potential(doc, node, where, base_dir):
     files = [files] if isinstance(files, str) else files
     if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
         raise doc.error(e["potential"], f"{where}.potential: a file name, or a list of funcfl files (one per element)")
-    files = tuple(os.path.normpath(os.path.join(base_dir, f)) for f in files)
+    found = [locate(f, base_dir) for f in files]     # beside the model, $ADGRAD_POTENTIALS, ... (potentials/locate.py)
+    for path, missing in found:
+        if path is None:
+            raise doc.error(e["potential"], f"{where}.potential: {missing}")
+    files = tuple(path for path, _ in found)
     fmt = doc.value(e["format"]) if "format" in e else format_of(files[0])
     if fmt not in READERS:
         at = e.get("format", e["potential"])
