@@ -4,7 +4,10 @@ felupe solves of uniaxial tension on a small cube, once with adgrad's material c
 file and once with felupe's own law (the neo-Hookean: felupe.NeoHooke; Ogden: the `hyperelastic`
 package's exact Ogden & felupe.Volumetric, the oracle tests/felupe_oracle.py uses for stretch-based
 laws), give the same displacements and nodal forces (reactions included) to 1e-10 relative, after
-the same number of Newton iterations. The kernel calls underneath: the serial path (small calls,
+the same number of Newton iterations. Small-strain laws (strain="small"): the library's J2 plasticity
+equals felupe's LinearElasticPlasticIsotropicHardening over a loading-unloading path from a stress-free
+start, a linear-elastic energy W(eps) felupe's LinearElastic; an input named like a strain given F is
+refused. The kernel calls underneath: the serial path (small calls,
 threads=1) and the strided driver (outputs in felupe's layout, points last) give the same bits as
 the parallel row driver; threads= applies to one call only; out= buffers are reused in place; params
 change between calls without a recompile.
@@ -152,6 +155,89 @@ def test_material_layout_and_out(materials):
     J, trC = np.linalg.det(rows), np.einsum("mij,mij->m", rows, rows)
     want = (J ** (-2 / 3) * trC - 3) / 2 + (J - 1) ** 2         # mu = 1, bulk = 2
     assert np.abs(W.reshape(-1) - want).max() <= 1e-13
+
+
+# -- small-strain laws: strain="small"
+
+PLASTIC = MODELS / "linear_elastic_plastic_isotropic_hardening.yaml"
+MOVES = [0.0, 0.01, 0.02, 0.03, 0.045, 0.06, 0.04, 0.02, 0.0, -0.02]     # yield near 0.019; unload at 0.04
+
+
+def loading_path(umat, n=4):
+    """felupe's uniaxial tension (clamped ends) of a unit cube of n^3 nodes, displaced by each of MOVES in
+    turn, the state carried from step to step: per step (iterations, displacements, nodal forces, statevars)."""
+    mesh = fem.Cube(n=n)
+    field = fem.FieldContainer([fem.Field(fem.RegionHexahedron(mesh), dim=3)])
+    boundaries = fem.dof.uniaxial(field, clamped=True, return_loadcase=False)
+    solid = fem.SolidBody(umat, field)
+    steps = []
+    for move in MOVES:
+        boundaries["move"].update(move)
+        dof0, dof1 = fem.dof.partition(field, boundaries)
+        ext0 = fem.dof.apply(field, boundaries, dof0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            res = fem.newtonrhapson(items=[solid], x0=field, dof1=dof1, dof0=dof0, ext0=ext0, verbose=0, tol=1e-13)
+        assert res.success, move
+        steps.append((res.iterations, res.x[0].values.copy(), np.asarray(res.fun).ravel().copy(),
+                      solid.results.statevars.copy()))
+    return steps
+
+
+def test_small_strain_plasticity_solve_equals_felupe():
+    """The library's J2 model (inputs eps, eps_p, alpha) with strain="small" and felupe's
+    LinearElasticPlasticIsotropicHardening: the same iterations, displacements, nodal forces and
+    hardening variable at every step of a path that yields (some cells only at some of their
+    quadrature points), unloads elastically and reverses; at zero displacement the body is stress-free."""
+    ours = loading_path(Material(PLASTIC, strain="small", log=None))
+    theirs = loading_path(fem.LinearElasticPlasticIsotropicHardening(E=8 / 3, nu=1 / 3, sy=0.05, K=0.1))
+    assert not ours[0][2].any()                              # stress-free start: no reaction at all
+    for move, (its, u, f, state), (its_f, u_f, f_f, state_f) in zip(MOVES, ours, theirs):
+        assert its == its_f, move
+        assert np.abs(u - u_f).max() <= RTOL * max(np.abs(u_f).max(), 1e-3)
+        assert np.abs(f - f_f).max() <= RTOL * max(np.abs(f_f).max(), 1e-3)
+        assert np.abs(state[9] - state_f[0]).max() <= RTOL * 0.05     # alpha: ours after eps_p, felupe's first
+    yielded = [step[3][9] > 0 for step in ours]
+    assert not yielded[1].any() and 0 < yielded[2].sum() < yielded[2].size
+    assert (yielded[2].any(0) & ~yielded[2].all(0)).any()    # a cell yielding at some of its points only
+    assert ours[6][0] <= 2                                    # unloading is elastic: one Newton step (and a check)
+    assert np.abs(ours[8][2]).max() > 1e-3                   # back at zero displacement: residual stresses
+
+
+def test_small_strain_energy_equals_felupe_linear_elastic(tmp_path):
+    """A small-strain energy W(eps): P = dW/dF and A = d2W/dF2 by the chain rule through sym(F) - I,
+    the same solve as felupe's LinearElastic."""
+    model = tmp_path / "linear_elastic.yaml"
+    model.write_text("adgrad: 1\nname: linear_elastic\ninputs:\n  strain: {shape: [3, 3]}\n"
+                     "params: {E: 2.0, nu: 0.3}\nlet:\n  mu: E/(2*(1 + nu))\n  lmbda: E*nu/((1 + nu)*(1 - 2*nu))\n"
+                     "outputs:\n  W: mu*sum(strain*strain) + lmbda/2*trace(strain)**2\n")
+    umat = Material(model, strain="small", log=None)
+    assert (umat.F, umat.energy, umat.state) == ("F", "W", [])
+    assert_same_solve(uniaxial(umat, n=3, move=0.01), uniaxial(fem.LinearElastic(E=2.0, nu=0.3), n=3, move=0.01))
+
+
+def test_a_strain_given_F_is_refused(tmp_path):
+    """A model whose input is named like a strain, given F (felupe's default), would start prestressed
+    (eps = I): refused, naming the input and the remedy; so are strain="small" for an input named F and
+    strain values other than None and "small"."""
+    with pytest.raises(ValueError, match=r"input 'eps' of model 'linear_elastic_plastic_isotropic_hardening' is "
+                                         r"named like a strain, but felupe gives the deformation gradient F: "
+                                         r"Material\(\.\.\., strain='small'\) gives it sym\(F\) - I"):
+        Material(PLASTIC, log=None)
+    for name in ("eps", "epsilon", "e", "E", "eps_total", "total_strain", "strain"):
+        model = tmp_path / f"{name}.yaml"
+        model.write_text(f"adgrad: 1\ninputs:\n  {name}: {{shape: [3, 3]}}\noutputs:\n  W: sum({name}*{name})\n")
+        with pytest.raises(ValueError, match=f"input '{name}' of model '{name}' is named like a strain"):
+            Material(model, log=None)
+        with pytest.raises(ValueError, match="named like a strain"):
+            Material(model, F=name, log=None)
+    with pytest.raises(ValueError, match="strain='small' gives input 'F' of model 'neo_hooke' the small strain"):
+        Material(MODELS / "neo_hooke.yaml", strain="small", log=None)
+    with pytest.raises(ValueError, match=r"strain='finite': give None \(the input is the deformation gradient F\) "
+                                         r"or 'small'"):
+        Material(MODELS / "neo_hooke.yaml", strain="finite", log=None)
+    with pytest.raises(ValueError, match="F='G': model 'neo_hooke' has no input 'G' \\(its inputs: F\\)"):
+        Material(MODELS / "neo_hooke.yaml", F="G", log=None)
 
 
 # -- the kernel calls

@@ -13,6 +13,12 @@ and A (3, 3, 3, 3, q, c). The compiled kernels read F and write P and A in that 
 kernel's strided driver, CompiledKernel.evaluate's `out`): no array of the whole size is copied, and
 felupe's `out=` arrays (its results of the previous call) are written in place.
 
+Small strain: `Material(model, strain="small")` gives a model whose input is a small strain (eps) the
+strain sym(F) - I, as felupe's small-strain framework does (MaterialStrain): the model is rewritten
+with F as its input and `eps = (F + F.T)/2 - eye(3)` as its first `let`, so its stress sigma is P and
+the tangent A = dsigma/dF = dsigma/deps : deps/dF is compiled by the chain rule, written in felupe's
+layout like any other. An input named like a strain (eps, epsilon, strain, e, ...) given F is refused.
+
 State variables: every input of the model other than F is a state variable, whose updated value is
 the output named `<input>_new` (configs/models/j2_voce.yaml: eps_p, alpha -> eps_p_new, alpha_new).
 felupe keeps them as one array (n, q, c), the inputs' entries one after another in model order; the
@@ -20,7 +26,9 @@ hessian is taken at the old state (x[-1]), as felupe's own materials do.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import sys
 
 import numpy as np
@@ -31,8 +39,15 @@ except ImportError as e:            # pragma: no cover - the optional extra is n
     raise ImportError("adgrad.felupe needs felupe: pip install 'adgrad[felupe]'") from e
 
 from adgrad.engine import compile_model, load_model
+from adgrad.engine.model import build
+from adgrad.engine.spec import Expr, InputDecl
 
 __all__ = ["Material"]
+
+STRAINS = (None, "small")
+# an input named so holds a strain, not the deformation gradient felupe gives (eps, eps_total, epsilon,
+# e, E: Green-Lagrange's, strain, total_strain, ...)
+STRAIN_NAME = re.compile(r"(?i)(e|eps|epsilon|\u03b5)(_\w*|\d*)|\w*strain\w*")
 
 
 def stderr(line):
@@ -54,7 +69,12 @@ class Material(felupe.ConstitutiveMaterial):
     model: a model file (path) or a LoadedModel (adgrad.engine.load_model).
     energy / stress: the output that is W (a scalar: P = dW/dF, A = d2W/dF2) or P (a 3x3 output:
     A = dP/dF). Default: the model's only scalar output, else its only 3x3 output.
-    F: the input that is the deformation gradient (default "F", or the model's only 3x3 input).
+    F: the input felupe's deformation gradient goes to (default: "F", else the model's only 3x3 input
+    that is not a state variable).
+    strain: None (the input is F itself) or "small": the input is the small strain sym(F) - I, the
+    model's stress output (or its energy's gradient) is P and its derivative wrt the strain, mapped by
+    the chain rule, is A (felupe's small-strain framework, as in LinearElasticPlasticIsotropicHardening).
+    An input named like a strain is refused without strain="small", one named F with it.
     params: param values (also as keyword arguments); change `material.params` between calls, no
     recompile. threads: numba threads of each call (None: numba's setting). mode, math: as
     compile_model's.
@@ -63,26 +83,43 @@ class Material(felupe.ConstitutiveMaterial):
     logging.getLogger("adgrad").info.
     """
 
-    def __init__(self, model, *, energy=None, stress=None, F=None, params=None, threads=None, mode="auto",
-                 math="vector", log=stderr, **param_values):
+    def __init__(self, model, *, energy=None, stress=None, F=None, strain=None, params=None, threads=None,
+                 mode="auto", math="vector", log=stderr, **param_values):
         if log is not None and not callable(log):
             raise ValueError(f"log={log!r}: give a function of one line of text, or None for silence")
-        self.log = log
+        if strain not in STRAINS:
+            raise ValueError(f"strain={strain!r}: give None (the input is the deformation gradient F) or 'small' "
+                             f"(the input is the small strain sym(F) - I)")
+        self.log, self.strain = log, strain
         if isinstance(model, (str, os.PathLike)):
             model = load_model(model)
-        self.model, self.threads = model, threads
         self.params = {**(params or {}), **param_values}
         unknown = set(self.params) - set(model.graph.params)
         if unknown:
             raise ValueError(f"model '{model.name}' has no param {sorted(unknown)}")
         inputs, outputs = model.graph.inputs, model.graph.outputs
-        self.F = F or ("F" if "F" in inputs else _only(inputs, (3, 3), "input", model))
-        if inputs[self.F].shape != (3, 3):
-            raise ValueError(f"input '{self.F}' of model '{model.name}' is not 3x3")
-        if energy is None and stress is None:
-            scalars = [n for n, v in outputs.items() if v.shape == ()]
+        if F is not None and F not in inputs:
+            raise ValueError(f"F='{F}': model '{model.name}' has no input '{F}' (its inputs: {', '.join(inputs)})")
+        driven = [n for n, v in inputs.items() if v.shape == (3, 3) and f"{n}_new" not in outputs]
+        F = F or ("F" if "F" in inputs else _only(driven, "input that is not a state variable", model))
+        if inputs[F].shape != (3, 3):
+            raise ValueError(f"input '{F}' of model '{model.name}' has shape {inputs[F].shape}, not (3, 3)")
+        if strain is None and STRAIN_NAME.fullmatch(F):
+            raise ValueError(f"input '{F}' of model '{model.name}' is named like a strain, but felupe gives the "
+                             f"deformation gradient F: Material(..., strain='small') gives it sym(F) - I")
+        if strain == "small":
+            if F == "F":
+                raise ValueError(f"strain='small' gives input 'F' of model '{model.name}' the small strain "
+                                 f"sym(F) - I, but it is named like the deformation gradient; leave strain=None")
+            model, F = small_strain(model, F), small_strain_name(model)
+            inputs, outputs = model.graph.inputs, model.graph.outputs
+        self.model, self.threads, self.F = model, threads, F
+        if energy is None and stress is None:        # among the outputs that are not new states
+            results = {n: v.shape for n, v in outputs.items() if n[:-4] not in inputs or not n.endswith("_new")}
+            scalars = [n for n, shape in results.items() if shape == ()]
             energy = scalars[0] if len(scalars) == 1 else None
-            stress = None if energy else _only(outputs, (3, 3), "output", model)
+            stress = None if energy else _only([n for n, shape in results.items() if shape == (3, 3)],
+                                               "output that is not a new state", model)
         self.energy, self.stress = energy, stress
         self.state = [n for n in inputs if n != self.F]
         for n in self.state:
@@ -170,8 +207,31 @@ def _usable(out, shape):
         and out.flags.c_contiguous and out.flags.writeable
 
 
-def _only(variables, shape, what, model):
-    names = [n for n, v in variables.items() if v.shape == shape]
+def _only(names, what, model):
     if len(names) != 1:
-        raise ValueError(f"model '{model.name}' has {len(names)} {what}s of shape {shape}; name the one to use")
+        raise ValueError(f"model '{model.name}' has {len(names)} {what}s of shape (3, 3)"
+                         f"{' (' + ', '.join(names) + ')' if names else ''}; name the one to use")
     return names[0]
+
+
+def small_strain_name(model):
+    """The name of the F input small_strain gives `model`: F, unless the model uses that name."""
+    spec = model.spec
+    used = {*spec.inputs, *spec.params, *spec.functions, *spec.lets, *spec.outputs, *model.graph.params}
+    return next(n for n in ("F", *(f"F_{i}" for i in range(len(used) + 1))) if n not in used)
+
+
+def small_strain(model, strain):
+    """`model` with its input `strain` replaced by the deformation gradient F and the let
+    `strain = (F + F.T)/2 - eye(3)` (felupe's small strain) before its own: derivatives wrt F are then
+    the chain rule's. Its params keep their current values; hand-written derivatives (wrt the strain)
+    and the export section are dropped."""
+    spec, F = model.spec, small_strain_name(model)
+    decl = spec.inputs[strain]
+    inputs = {(F if n == strain else n): (InputDecl(F, (3, 3), (-0.1, 0.1, "identity"), decl.loc) if n == strain
+                                          else d) for n, d in spec.inputs.items()}
+    let = Expr(f"({F} + {F}.T)/2 - eye(3)", decl.loc.path, decl.loc.line, decl.loc.col, f"inputs.{strain}")
+    wrapped = build(dataclasses.replace(spec, inputs=inputs, lets={strain: let, **spec.lets}, derivatives={},
+                                        export=None))
+    wrapped.param_values = dict(model.param_values)
+    return wrapped
