@@ -16,6 +16,7 @@ matters only where the reference vanishes to round-off: P at F = I, the stress o
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -269,6 +270,16 @@ def test_plasticity_pure_shear(plastic):
     others = out["sigma"].copy()
     others[:, 0, 1] = others[:, 1, 0] = 0
     assert np.abs(others).max() <= RTOL * sy
+
+
+def test_the_felupe_extra_installs_the_counterparts():
+    """docs/models.md names felupe.Hyperelastic(law, ...) as the counterparts; it needs tensortrax, so the
+    felupe extra installs it with felupe, and the counterpart runs (here: neo-Hooke's stress at a stretch)."""
+    extra = re.search(r"^felupe = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    assert set(re.findall(r'"([\w-]+)', extra)) == {"felupe", "tensortrax"}
+    x = fo.to_felupe(np.diag([1.2, 1.0, 1.0])[None])
+    P = fo.fem.Hyperelastic(fo.fem.neo_hooke, mu=1.0).gradient([x, None])[0][..., 0, 0]
+    assert np.isclose(P[0, 0], 1.2 ** (-2 / 3) * (1.2 - (1.2**2 + 2) / (3 * 1.2)))
 
 
 def test_the_checked_models_are_in_the_library_and_documented():
