@@ -53,7 +53,7 @@ def cu(cu_model):
 @pytest.fixture(scope="module")
 def cuni(tmp_path_factory):
     path = model_file(tmp_path_factory, "CuNi.eam.alloy", ("Cu", "Ni"))
-    return AdgradCalculator(path, cutoff(path), {"Ni": 1, "Cu": 0})
+    return AdgradCalculator(path)       # species by name: Cu 0, Ni 1 as the file's elements; its cutoff
 
 
 def copper(reps=2, rattle=0.1, strain=None, seed=1):
@@ -288,5 +288,32 @@ def test_three_body_model_without_species_inputs():
     np.testing.assert_allclose(atoms.get_stress(), calculate_numerical_stress(atoms, eps=1e-6), rtol=1e-6, atol=1e-9)
     with pytest.raises(ValueError, match="no species index for Ge"):
         Atoms("Ge", cell=np.eye(3) * 10, pbc=True, calculator=calc).get_potential_energy()
-    with pytest.raises(ValueError, match="reads species"):
-        AdgradCalculator(ROOT / "configs" / "cu_eam_model.yaml", 6.0)
+    assert AdgradCalculator(ROOT / "configs" / "cu_eam_model.yaml").species == {"Cu": 0}
+
+
+def test_species_by_name_from_the_potential_files_elements(tmp_path_factory, cuni):
+    """A model that reads species, given no map, maps each element of its potential files to its index
+    there; an explicit map still works (and gives the same bits); an element the map lacks is named;
+    files that name no chemical elements (funcfl), or different ones, or one twice, need a map."""
+    assert cuni.species == {"Cu": 0, "Ni": 1}
+    atoms = alloy(reps=2, seed=3)[0]
+    explicit = AdgradCalculator(cuni.path, species={"Ni": 1, "Cu": 0})
+    np.testing.assert_array_equal(explicit.get_forces(atoms), cuni.get_forces(atoms))
+    swapped = alloy(reps=2, seed=3)[0]
+    swapped.numbers = np.where(swapped.numbers == 29, 28, 29)
+    assert cuni.get_potential_energy(swapped) != cuni.get_potential_energy(atoms)
+    with pytest.raises(ValueError, match=r"no species index for Ag, Au: atoms 0 and 2 \(species=\{'Cu': 0, 'Ni': 1\}\)"):
+        cuni.get_potential_energy(Atoms("AgCuAu", positions=np.eye(3) * 2.5))
+    funcfl = model_file(tmp_path_factory, "Cu_u3.eam")
+    with pytest.raises(ValueError, match="names its species Cu_u3, not chemical elements"):
+        AdgradCalculator(funcfl)
+    text = Path(cuni.path).read_text()
+    root = tmp_path_factory.mktemp("species")
+    for name, elements, phrase in (("twice", "[Cu, Cu]", "has an element twice (Cu, Cu)"),
+                                   ("other", "[Ni, Cu]", "name different elements ('other': Ni, Cu; 'cu': Cu, Ni)")):
+        second = f"  other: {{potential: {lo.potential('CuNi.eam.alloy')}, elements: [Ni, Cu]}}\n"
+        model = root / f"{name}.yaml"
+        model.write_text(text.replace("elements: [Cu, Ni]", f"elements: {elements}") if name == "twice"
+                         else text.replace("params:\n", "params:\n" + second))
+        with pytest.raises(ValueError, match=re.escape(phrase)):
+            AdgradCalculator(model)

@@ -54,16 +54,17 @@ def cu():
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """Model files made for these tests: lj (no potential: no cutoff of its own), flat (lj on R [N, 2]),
-    cuni (LAMMPS's CuNi alloy), vector (the copper model with a second output of shape (3,))."""
+    cuni (LAMMPS's CuNi alloy), funcfl (its Cu_u3.eam: species named by the file, not an element), vector (the copper model with a second output of shape (3,))."""
     root = tmp_path_factory.mktemp("ase_models")
     (root / "lj.yaml").write_text(LJ)
     (root / "flat.yaml").write_text(LJ.replace("R: [N, 3]", "R: [N, 2]"))
     text = CU.read_text()
     cuni = f"{{potential: {lo.potential('CuNi.eam.alloy')}, elements: [Cu, Ni]}}"
     (root / "cuni.yaml").write_text(re.sub(r"\{potential: [^}]*\}", cuni, text))
+    (root / "funcfl.yaml").write_text(re.sub(r"\{potential: [^}]*\}", f"{{potential: {lo.potential('Cu_u3.eam')}}}", text))
     text = text.replace("../data/", f"{ROOT / 'data'}/")
     (root / "vector.yaml").write_text(text.replace("outputs:\n", "outputs:\n  V: R[0]\n"))
-    return {name: root / f"{name}.yaml" for name in ("lj", "flat", "cuni", "vector")}
+    return {name: root / f"{name}.yaml" for name in ("lj", "flat", "cuni", "funcfl", "vector")}
 
 
 # ---- the constructor's arguments ---------------------------------------------------------------------------
@@ -97,7 +98,8 @@ ARGUMENTS = [  # (id, model, keyword arguments, phrases of the message)
     ("energy not an output", CU, dict(energy="F", species={"Cu": 0}), ["energy='F' is not an output", "outputs: E"]),
     ("energy not a name", CU, dict(energy=None, species={"Cu": 0}), ["energy=None is not an output"]),
     ("energy not one number", "vector", dict(energy="V", species={"Cu": 0}), ["output 'V'", "shape (3,)"]),
-    ("species missing", CU, dict(), ["reads species (s, sn): give species="]),
+    ("species missing, funcfl", "funcfl", dict(), ["names its species Cu_u3, not chemical elements",
+                                                    "give species={symbol: index}"]),
     ("species not a dict", CU, dict(species=["Cu"]), ["species=['Cu']: give a dict"]),
     ("species empty", CU, dict(species={}), ["species={}: give a dict"]),
     ("species unknown symbol", CU, dict(species={"Qq": 0}), ["species: 'Qq' is not a chemical symbol"]),

@@ -52,9 +52,10 @@ class AdgradCalculator(Calculator):
     axis of R, valid and sn).
     cutoff: neighbours are the atoms (periodic images included) closer than this, in A. By default the
     model's own (model_cutoff: its potential files'); a smaller one is an error, a larger one is taken.
-    species: chemical symbol -> species index (required when the model reads s or sn); an atom of
-    another element is an error. Without it, a model that reads no species takes the elements its
-    potential files name (any element when they name none).
+    species: chemical symbol -> species index; an atom of another element is an error. Without it, a
+    model that reads s or sn maps each element of its potential files to its index there (the files
+    must name the same chemical elements in one order), and a model that reads no species takes the
+    elements its potential files name (any element when they name none).
     skin: the neighbour list holds pairs within cutoff + skin and is rebuilt only when an atom has
     moved more than skin / 2 since it was built (or the cell, the periodicity or the atoms changed);
     results do not depend on it (pairs beyond the cutoff are left out at every step). 0 rebuilds it at
@@ -133,7 +134,7 @@ class AdgradCalculator(Calculator):
         potentials = {name: val.elements for name, val in model.tables.items() if isinstance(val, Potential)}
         if species is None:
             if {"s", "sn"} & set(self.inputs):
-                raise ValueError(f"{self.path} reads species (s, sn): give species={{symbol: index}}")
+                return self._species_of_elements(potentials)
             named = [e for elements in potentials.values() for e in elements if e in atomic_numbers]
             return {e: 0 for e in dict.fromkeys(named)} or None
         if not isinstance(species, Mapping) or not species:
@@ -154,6 +155,26 @@ class AdgradCalculator(Calculator):
                                      f"{self.path} is {elements[index]} (its elements: {', '.join(elements)})")
             out[symbol] = int(index)
         return out
+
+    def _species_of_elements(self, potentials):
+        """A model that reads species, without species=: each element of its potential files is the species
+        of its index there (CuNi.eam.alloy with elements [Cu, Ni]: Cu 0, Ni 1). Every file must name the same
+        chemical elements in the same order, each once; otherwise only the user knows the map."""
+        give = "give species={symbol: index}"
+        if not potentials:
+            raise ValueError(f"{self.path} reads species (s, sn) and has no potential file naming elements: {give}")
+        (first, elements), *others = potentials.items()
+        for name, other in others:
+            if other != elements:
+                raise ValueError(f"{self.path} reads species (s, sn), but its potentials name different elements "
+                                 f"('{first}': {', '.join(elements)}; '{name}': {', '.join(other)}): {give}")
+        if not all(e in atomic_numbers for e in elements):
+            raise ValueError(f"{self.path} reads species (s, sn), but potential '{first}' names its species "
+                             f"{', '.join(elements)}, not chemical elements (funcfl files by their names): {give}")
+        if len(set(elements)) < len(elements):
+            raise ValueError(f"{self.path} reads species (s, sn), but potential '{first}' has an element twice "
+                             f"({', '.join(elements)}): {give}")
+        return {e: i for i, e in enumerate(elements)}
 
     def check_state(self, atoms, tol=1e-15):
         """What changed since the last calculation among what the model reads (positions, numbers, cell,
