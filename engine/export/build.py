@@ -23,6 +23,7 @@ from . import CPUS, variants
 from .cwrap import header, source
 from .layout import layout
 from .objcode import kernel_ir, object_code
+from . import kim as kims
 from . import umat as umats
 
 MANIFEST = "adgrad-export.json"
@@ -39,6 +40,7 @@ class Exported:
     cpu: str
     seconds: float
     umat: dict | None = None    # the manifest's umat entry (engine/export/umat.py manifest)
+    kim: dict | None = None     # the manifest's kim entry (engine/export/kim.py manifest)
 
 
 def compiler():
@@ -70,12 +72,14 @@ def _tail(text, lines=12):
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def export(kernel, directory, name=None, cpu="x86-64", overwrite=False, umat=None) -> Exported:
+def export(kernel, directory, name=None, cpu="x86-64", overwrite=False, umat=None, kim=None) -> Exported:
     """Write `kernel` (a CompiledKernel) as lib<name>.so, <name>.h and adgrad-export.json into the
     directory `directory` (made, with its parents). An existing export is replaced only with
     `overwrite`; anything else there is never touched. name: the C prefix of every symbol (default:
     the model's name); cpu: engine/export CPUS; umat: an engine/export/umat.py Plan over this
-    kernel, to add the Abaqus UMAT (the name then follows CalculiX's rules)."""
+    kernel, to add the Abaqus UMAT (the name then follows CalculiX's rules); kim: (engine/export/kim.py
+    Plan, [compiled kernel per slot count after the first]), to add the KIM portable model <NAME>/ (whose
+    first kernel is `kernel`)."""
     t0 = time.perf_counter()
     if cpu not in CPUS:
         raise DataError(f"--cpu {cpu!r}: choose one of {', '.join(CPUS)}")
@@ -100,12 +104,13 @@ def export(kernel, directory, name=None, cpu="x86-64", overwrite=False, umat=Non
         os.mkdir(tmp)
         try:
             _probe(cc, tmp)
-            _build(kernel, lay, cc, cpu, tmp, umat)
+            _build(kernel, lay, cc, cpu, tmp, umat, kim)
             _install(tmp, directory)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return Exported(directory, os.path.join(directory, f"lib{lay.name}.so"), os.path.join(directory, f"{lay.name}.h"),
-                    lay.name, cpu, time.perf_counter() - t0, umats.manifest(lay, umat.decl) if umat else None)
+                    lay.name, cpu, time.perf_counter() - t0, umats.manifest(lay, umat.decl) if umat else None,
+                    kims.manifest(kim[0]) if kim else None)
 
 
 def is_export(directory):
@@ -125,8 +130,8 @@ def _check_destination(directory, overwrite):
                         f"new or empty directory")
 
 
-def _build(kernel, lay, cc, cpu, tmp, umat=None):
-    """lib<name>.so, <name>.h and the manifest in tmp."""
+def _objects(kernel, lay, cpu, tmp, umat=None):
+    """(the C wrapper's source path, the object files) of one kernel, written to tmp with its header."""
     irs, objs, helpers = kernel_ir(kernel, lay), [], set()
     for tag, target in variants(cpu):
         code, needs = object_code(irs, lay.name, target, tag)
@@ -139,12 +144,29 @@ def _build(kernel, lay, cc, cpu, tmp, umat=None):
         f.write(header(lay, umats.header(lay, umat.decl) if umat else ""))
     with open(src, "w") as f:
         f.write(source(lay, variants(cpu), sorted(helpers), umats.source(lay, umat) if umat else ""))
+    return src, objs
+
+
+def _build(kernel, lay, cc, cpu, tmp, umat=None, kim=None):
+    """lib<name>.so, <name>.h and the manifest in tmp (and with `kim`, the KIM model's directory)."""
+    src, objs = _objects(kernel, lay, cpu, tmp, umat)
     lib = f"lib{lay.name}.so"
     done = subprocess.run([*cc, *FLAGS, f"-Wl,-soname,{lib}", "-o", os.path.join(tmp, lib), src, *objs, "-lm"],
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise JobError(f"adgrad export: building {lib} failed (`{shlex.join(cc)}`):\n{_tail(done.stderr)}")
-    for path in (src, *objs):
+    scratch = [src, *objs]
+    if kim is not None:
+        # the first kernel's wrapper and objects again, the others' under the prefix <name>_n<slots>
+        plan, more = kim
+        units = [(lay, src, objs)]
+        for n, k in zip(plan.slots[1:], more):
+            lay_n = layout(k, f"{lay.name}_n{n}")
+            src_n, objs_n = _objects(k, lay_n, cpu, tmp)
+            units.append((lay_n, src_n, objs_n))
+            scratch += [src_n, *objs_n, os.path.join(tmp, f"{lay_n.name}.h")]
+        kims.build(plan, units, cc, tmp)
+    for path in scratch:
         os.remove(path)
     manifest = {"name": lay.name, "model": lay.model, "library": lib, "header": f"{lay.name}.h", "cpu": cpu,
                 "variants": [target for _, target in variants(cpu)],
@@ -152,6 +174,8 @@ def _build(kernel, lay, cc, cpu, tmp, umat=None):
                 "kernel_sha256": lay.kernel_sha256}
     if umat is not None:
         manifest["umat"] = umats.manifest(lay, umat.decl)
+    if kim is not None:
+        manifest["kim"] = kims.manifest(kim[0])
     with open(os.path.join(tmp, MANIFEST), "w") as f:
         json.dump(manifest, f, indent=1)
         f.write("\n")
@@ -191,12 +215,24 @@ def _exchange(a, b):
     os.rename(aside, a)
 
 
-def export_model(model, config, directory, mode=None, umat=False, **options) -> Exported:
+def export_model(model, config, directory, mode=None, umat=False, kim=None, **options) -> Exported:
     """Export what `adgrad run` would compute: a config's values and derivatives (its mode and
     math), or for a model file every output and its gradient with respect to every input; with
     `umat`, what the Abaqus UMAT of the export: umat: section (the config's, else the model's)
-    needs, and the UMAT. `mode` overrides the config's; options: export's."""
+    needs, and the UMAT; with `kim` ({"name", "species", "cutoff"}: engine/export/kim.py plan's), a
+    site energy and its gradient, and the KIM portable model. `mode` overrides the config's; options:
+    export's."""
     from ..compile import compile_model, default_requests
+    if umat and kim:
+        raise DataError("adgrad export: --umat and --kim make different libraries; give one of them")
+    if kim is not None:
+        plan = kims.plan(model, **kim)
+        kims.toolchain()
+        compiler()
+        _check_destination(os.path.abspath(os.fspath(directory)), options.get("overwrite", False))
+        ks = kims.kernels(model, config, plan, mode or (config.mode if config else "auto"),
+                          config.engine.math if config else "vector")
+        return export(ks[0][1], directory, kim=(plan, [k for _, k in ks[1:]]), **options)
     decl = umats.section(model, config) if umat else None
     if decl is not None:
         umats.library_name(options.get("name"), model.name)

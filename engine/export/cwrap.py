@@ -358,8 +358,9 @@ API const char *{name}_error_string(int code) {{
 HELPERS = {"numba_attempt_nocopy_reshape": r"""
 /* numba's helper (numba/_helperlib.c, after numpy's _attempt_nocopy_reshape): if an array of `nd`
    dims with these byte strides can be viewed with `newnd` dims `newdims` without a copy, set
-   newstrides and return 1, else return 0. The kernels' drivers reshape C-contiguous rows flat. */
-HIDDEN int numba_attempt_nocopy_reshape(int64_t nd, const int64_t *dims, const int64_t *strides, int64_t newnd,
+   newstrides and return 1, else return 0. The kernels' drivers reshape C-contiguous rows flat. Weak: a
+   KIM model links several kernels' wrappers, each with its copy. */
+HIDDEN __attribute__((weak)) int numba_attempt_nocopy_reshape(int64_t nd, const int64_t *dims, const int64_t *strides, int64_t newnd,
         const int64_t *newdims, int64_t *newstrides, int64_t itemsize, int is_f_order) {
     int64_t od[64], os[64], on = 0, total = 1, newtotal = 1;
     if (nd > 64)
