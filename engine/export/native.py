@@ -1,0 +1,376 @@
+"""An exported library (`adgrad export`) as a kernel of the Python API, without numba.
+
+load_library(path) returns a NativeKernel: `evaluate` takes and returns what CompiledKernel.evaluate
+does, checked the same way, to the same bits (tests/test_native_start.py); `compute` is the lean call
+`adgrad run --native DIR` makes per chunk. Importing this module loads numpy and ctypes, not numba,
+llvmlite or the compiler: a process that evaluates an exported model starts in the time of Python and
+numpy (docs/python-api.md, "A native library"). A summed result (reduce: sum) is summed by adgrad's
+ExactSum, which imports numba at that first call."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+from ..errors import DataError
+from .loader import D, I64, NativeModel
+
+MANIFEST = "adgrad-export.json"     # engine/export/build.py's (which imports the compiler)
+ABI_VERSION = 1
+SERIAL_BELOW = 1024                 # CompiledKernel's: calls on fewer points run on the calling thread
+MAX_THREADS = 1024                  # the C ABI's limit
+
+
+def default_threads():
+    """The thread count of a call without threads=: numba's default (NUMBA_NUM_THREADS, else the CPUs
+    this process may run on), read without importing numba."""
+    try:
+        n = int(os.environ.get("NUMBA_NUM_THREADS", ""))
+    except ValueError:
+        n = 0
+    return n if n >= 1 else max(1, len(os.sched_getaffinity(0)))
+
+
+def load_library(path) -> NativeKernel:
+    """The library of an `adgrad export` directory (or its lib<name>.so) as a NativeKernel. A path that
+    is not one, or a library of another ABI version, is a DataError naming it."""
+    path = os.path.abspath(os.fspath(path))
+    if os.path.isdir(path):
+        manifest = os.path.join(path, MANIFEST)
+        try:
+            with open(manifest) as f:
+                library = json.load(f)["library"]
+        except FileNotFoundError:
+            raise DataError(f"{path}: not an adgrad export (no {MANIFEST}); make one with "
+                            f"`adgrad export MODEL_OR_CONFIG -o {path}`") from None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise DataError(f"{manifest}: not readable as an export's manifest ({exc})") from None
+        if not isinstance(library, str) or os.path.basename(library) != library:
+            raise DataError(f"{manifest}: 'library' must name a file of the directory, got {library!r}")
+        path = os.path.join(path, library)
+    base = os.path.basename(path)
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: no such export directory or library")
+    if not (base.startswith("lib") and base.endswith(".so") and len(base) > 6):
+        raise DataError(f"{path}: not a library of adgrad export (lib<NAME>.so) nor an export directory")
+    try:
+        lib = NativeModel(path)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot load the library ({exc})") from None
+    except AttributeError as exc:
+        raise DataError(f"{path}: not a library of adgrad export ({exc})") from None
+    if lib.info["abi_version"] != ABI_VERSION:
+        raise DataError(f"{path}: C ABI version {lib.info['abi_version']}, this adgrad reads version {ABI_VERSION}; "
+                        f"export the model again")
+    return NativeKernel(lib, path)
+
+
+class Var:
+    """An array of the library as ir.core.Var describes one (what the job and callers read)."""
+    __slots__ = ("shape",)
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+    size = property(lambda self: math.prod(self.shape))
+    rank = property(lambda self: len(self.shape))
+
+
+class Arrays:
+    """The library's arrays as a Graph names them: inputs, params, outputs (name -> Var)."""
+
+    def __init__(self, info):
+        self.inputs, self.params, self.outputs = ({a["name"]: Var(a["shape"]) for a in info[k]}
+                                                  for k in ("inputs", "params", "outputs"))
+
+
+class NativeKernel:
+    """An exported library with the interface of a CompiledKernel (engine/kernel.py) but point_kernel:
+    evaluate, compute, workspace, output_shapes, reduced, graph (.inputs/.params/.outputs with shapes),
+    workspace_size, serial_below; and library, info (the C metadata as a dict), kernel_sha256,
+    model_sha256, cpu, param_values (the defaults the library was exported with)."""
+
+    def __init__(self, lib: NativeModel, path):
+        info = lib.info
+        self.lib, self.library, self.info = lib, path, info
+        self.name = info["model"]
+        self.graph = Arrays(info)
+        self.output_shapes = {n: v.shape for n, v in self.graph.outputs.items()}
+        self.reduced = frozenset(a["name"] for a in info["outputs"] if a["variant"] == "sum")
+        self.workspace_size = info["workspace_size"]
+        self.kernel_sha256, self.model_sha256, self.cpu = info["kernel_sha256"], info["model_sha256"], info["cpu"]
+        self.param_values = {a["name"]: info["param_defaults"][a["offset"]:a["offset"] + a["size"]].reshape(a["shape"])
+                             for a in info["params"]}
+        self.serial_below = SERIAL_BELOW
+        self.modes = {}             # not recorded in a library; `adgrad run --native` knows them (job/native.py)
+        self.cold, self.compile_seconds = False, 0.0
+        self._values = info["param_defaults"].copy()     # the params of calls without params=
+
+    def __repr__(self):
+        return f"NativeKernel({self.library!r}, model {self.name!r}, cpu {self.cpu!r})"
+
+    def param_array(self, params: dict | None = None):
+        """The library's params array (C ABI order): this kernel's values with `params` (name -> float64
+        array of the param's shape, already checked) over them."""
+        values = self._values.copy()
+        for a in self.info["params"]:
+            if params and a["name"] in params:
+                values[a["offset"]:a["offset"] + a["size"]] = np.ravel(params[a["name"]])
+        return values
+
+    def use_params(self, values):
+        """Make `values` (the whole params array, C ABI order) the params of calls without params=."""
+        values = np.ascontiguousarray(values, dtype=np.float64)
+        if values.shape != self._values.shape:
+            raise ValueError(f"{self.library}: a params array of {values.size} values, the library takes "
+                             f"{self._values.size}")
+        self._values = values.copy()
+
+    @contextlib.contextmanager
+    def _context(self, values):
+        """A C context holding `values`: one per call, so concurrent calls with other params never share one."""
+        fn = self.lib.fn
+        ctx = fn["new"]()
+        if not ctx:
+            raise MemoryError(f"{self.library}: out of memory for a context")
+        try:
+            self.lib.check(fn["set_params"](ctx, values.ctypes.data_as(D), len(values)))
+            yield ctx
+        finally:
+            fn["free"](ctx)
+
+    def workspace(self, workers):
+        """Scratch for calls on `workers` threads: the batch call's whole workspace, a row per thread."""
+        workers = max(1, workers)
+        size = self.lib.fn["batch_workspace_size"](workers)
+        return np.zeros((workers, max(1, -(-size // workers))))
+
+    def compute(self, inputs: dict, outputs: dict, workspace, nonfinite=None, params=None):
+        """CompiledKernel.compute: every row of `inputs` into `outputs` (float64, rows or any layout
+        whose entries of a point are equally spaced, every result), on len(workspace) threads (one below
+        serial_below points); nonfinite (bool (m,)) flags rows with a NaN or infinity. Nothing is checked."""
+        names = list(self.graph.outputs)
+        m = len(outputs[names[0]]) if names else 0
+        threads = 1 if m < self.serial_below else len(workspace)
+        self._batch(m, inputs, outputs, threads, workspace, nonfinite, self.param_array(params))
+
+    def _batch(self, m, inputs, outputs, threads, workspace, nonfinite, values):
+        ins = []
+        for n, v in self.graph.inputs.items():
+            a = inputs[n]
+            lay = layout(a, m, max(1, v.size))
+            if lay is None:
+                a = np.ascontiguousarray(a, dtype=np.float64)
+                lay = layout(a, m, max(1, v.size))
+            ins.append((a, lay))
+        outs = [(outputs[n], layout(outputs[n], m, max(1, v.size), output=True)) for n, v in self.graph.outputs.items()]
+        in_ptrs = (D * max(1, len(ins)))(*[a.ctypes.data_as(D) for a, _ in ins])
+        out_ptrs = (D * max(1, len(outs)))(*[a.ctypes.data_as(D) for a, _ in outs])
+        in_st = (I64 * max(2, 2 * len(ins)))(*[s for _, lay in ins for s in lay])
+        out_st = (I64 * max(2, 2 * len(outs)))(*[s for _, lay in outs for s in lay])
+        work, size = (None, 0) if workspace is None else (workspace.ctypes.data_as(D), workspace.size)
+        flags = None if nonfinite is None else nonfinite.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
+        with self._context(values) as ctx:      # the call releases the GIL (ctypes)
+            self.lib.check(self.lib.fn["batch"](ctx, m, in_ptrs, in_st, out_ptrs, out_st, threads, work, size, flags))
+
+    def evaluate(self, inputs: dict, out: dict | None = None, params: dict | None = None, threads=None,
+                 nonfinite: np.ndarray | None = None):
+        """CompiledKernel.evaluate, through the library: the same arguments, checks, results and bits.
+        `threads`: threads of this call (default: numba's default count, NUMBA_NUM_THREADS or the CPUs),
+        one below serial_below points."""
+        owner = f"model '{self.name}'"
+        m, inputs = check_inputs(inputs, self.graph.inputs, owner)
+        out = check_outputs(out, self.output_shapes, self.reduced, m, owner)
+        params = self._check_params(params, owner)
+        threads = check_threads(threads)
+        nonfinite = check_nonfinite(nonfinite, m)
+        no_overlap(inputs, out)
+        results, targets, finish = self._targets(m, out)
+        workers = 1 if m < self.serial_below else min(threads or default_threads(), max(m, 1))
+        self._batch(m, inputs, targets, workers, None, nonfinite, self.param_array(params))
+        for step in finish:
+            step()
+        return results
+
+    def _check_params(self, given, owner):
+        """evaluate's params= (engine/arguments.py params): names of the library's params, not of a table
+        (whose coefficients are params named <param>__<table>), each of its shape."""
+        if given is None:
+            return None
+        if not isinstance(given, dict):
+            raise TypeError(f"params must be a dict of name -> value, got {type(given).__name__}")
+        known = [n for n in self.graph.params if "__" not in n]
+        out = {}
+        for name, value in given.items():
+            if isinstance(name, str) and any(p.startswith(name + "__") for p in self.graph.params):
+                raise ValueError(f"param '{name}' of {owner} is a table or potential: its grid is compiled in; "
+                                 f"override it in a config (params:) or change the model")
+            if name not in known:
+                raise ValueError(f"params: {owner} has no param {name!r} (its params: {', '.join(known) or 'none'})")
+            arr = real_array(f"param '{name}'", value).astype(np.float64)
+            want = self.graph.params[name].shape
+            if arr.shape != want:
+                raise ValueError(f"param '{name}' has shape {arr.shape}, but the model's param has shape {want}")
+            out[name] = arr
+        return out
+
+    def _targets(self, m, out):
+        """(results to return, float64 arrays the library fills, steps that finish the results): as
+        CompiledKernel._targets, a summed result's rows summed exactly, other layouts filled by a copy."""
+        results, targets, finish = {}, {}, []
+        for name, shape in self.output_shapes.items():
+            full, dst = (m,) + shape, out.get(name)
+            if name in self.reduced and (dst is None or _is_exact_sum(dst) or dst.shape == shape):
+                rows = targets[name] = np.empty(full)
+                results[name] = np.empty(shape) if dst is None else dst
+                finish.append(lambda dst=results[name], rows=rows: _sum_into(dst, rows))
+                continue
+            if dst is None:
+                dst = np.empty(full)
+            results[name] = dst
+            if layout(dst, m, max(1, math.prod(shape)), output=True) is not None:
+                targets[name] = dst
+            else:
+                rows = targets[name] = np.empty(full)
+                finish.append(lambda dst=dst, rows=rows: dst.__setitem__(Ellipsis, rows))
+        return results, targets, finish
+
+
+def layout(a, m, size, output=False):
+    """(point stride, entry stride) in doubles of a float64 array `a` (m, *shape) of `size` entries per
+    point whose entries of a point are equally spaced, as the batch call reads and writes in place;
+    None for other arrays, negative or unaligned strides, and (output) read-only arrays or arrays in
+    which two entries share memory (engine/kernel.py strided, whose conditions these are)."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.float64 or any(s < 0 or s % 8 for s in a.strides) \
+            or (output and not a.flags.writeable):
+        return None
+    sk = expect = None
+    for n, st in zip(reversed(a.shape[1:]), reversed(a.strides[1:])):
+        if n == 1:
+            continue
+        if sk is None:
+            sk, expect = st // 8, st * n
+        elif st != expect:
+            return None
+        else:
+            expect = st * n
+    sk = 1 if sk is None else sk
+    si = a.strides[0] // 8 if m > 1 else 0
+    if output and m > 1 and (si == 0 or size > 1 and not (sk >= (m - 1) * si + 1 or si >= (size - 1) * sk + 1)):
+        return None
+    return si, sk
+
+
+def _is_exact_sum(a):
+    """Whether `a` is an ExactSum, without importing numba for the question (one exists only if its
+    module was imported)."""
+    mod = sys.modules.get("adgrad.engine.numeric.exactsum")
+    return mod is not None and isinstance(a, mod.ExactSum)
+
+
+def _sum_into(dst, rows):
+    from ..numeric.exactsum import ExactSum         # numba: only for a summed result
+    if isinstance(dst, ExactSum):
+        dst.add(rows)
+    else:
+        acc = ExactSum(dst.shape)
+        acc.add(rows)
+        dst[...] = acc.value()
+
+
+# evaluate's argument checks: engine/arguments.py's, whose messages they repeat, without its import of
+# ExactSum (numba). tests/test_native_start.py checks that both refuse the same arguments.
+
+def real_array(where, a):
+    arr = np.asarray(a)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{where} must hold real numbers, got dtype {arr.dtype}")
+    return arr
+
+
+def _names(kind, noun, given, known, owner):
+    if not isinstance(given, dict):
+        raise TypeError(f"{kind} must be a dict of name -> value, got {type(given).__name__}")
+    unknown = [n for n in given if n not in known]
+    if unknown:
+        raise ValueError(f"{kind}: {owner} has no {noun} {', '.join(repr(n) for n in unknown)} "
+                         f"(its {noun}s: {', '.join(known) or 'none'})")
+
+
+def check_inputs(given, declared, owner):
+    _names("inputs", "input", given, list(declared), owner)
+    m, arrays = None, {}
+    for name, v in declared.items():
+        if name not in given:
+            raise ValueError(f"missing input '{name}' of {owner} (shape (M, *{v.shape}))")
+        a = real_array(f"input '{name}'", given[name])
+        if a.shape[1:] != v.shape or a.ndim != v.rank + 1:
+            raise ValueError(f"input '{name}' must have shape (M, *{v.shape}), got {a.shape}")
+        if m is None:
+            m = a.shape[0]
+        elif a.shape[0] != m:
+            raise ValueError(f"input '{name}' has {a.shape[0]} points, the others have {m}")
+        arrays[name] = a
+    return (0 if m is None else m), arrays
+
+
+def check_outputs(given, shapes, reduced, m, owner):
+    if given is None:
+        return {}
+    _names("out", "result", given, list(shapes), owner)
+    for name, a in given.items():
+        shape = shapes[name]
+        if name in reduced and _is_exact_sum(a):
+            if a.shape != shape:
+                raise ValueError(f"out['{name}'] is an ExactSum of shape {a.shape}, the result has shape {shape}")
+            continue
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"out['{name}'] must be a numpy array, got {type(a).__name__}")
+        if a.dtype.kind != "f":
+            raise TypeError(f"out['{name}'] must have a float dtype, got {a.dtype}")
+        if not a.flags.writeable:
+            raise ValueError(f"out['{name}'] is read-only")
+        full = (m,) + shape
+        if a.shape != full and not (name in reduced and a.shape == shape):
+            also = f" or {shape} (the sum)" if name in reduced else ""
+            raise ValueError(f"out['{name}'] must have shape {full}{also}, got {a.shape}")
+    return given
+
+
+def check_nonfinite(flags, m):
+    if flags is None:
+        return None
+    if not isinstance(flags, np.ndarray) or flags.dtype != np.bool_:
+        what = flags.dtype if isinstance(flags, np.ndarray) else type(flags).__name__
+        raise TypeError(f"nonfinite must be a numpy bool array of shape ({m},), got {what}")
+    if flags.shape != (m,):
+        raise ValueError(f"nonfinite must have shape ({m},) (one flag per point), got {flags.shape}")
+    if not flags.flags.writeable or not flags.flags.c_contiguous:
+        raise ValueError("nonfinite must be a writable, C-contiguous array")
+    return flags
+
+
+def check_threads(n):
+    """threads=: None or an int from 1 to numba's thread count (default_threads), as for a compiled kernel."""
+    if n is None:
+        return None
+    most = default_threads()
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 1 <= n <= most:
+        raise ValueError(f"threads must be None or an integer from 1 to {most} (numba's NUMBA_NUM_THREADS), "
+                         f"got {n!r}")
+    return int(n)
+
+
+def no_overlap(inputs, out):
+    """engine/kernel.py _no_overlap: no out array shares memory with an input or another out array."""
+    arrays = [(f"out['{n}']", a) for n, a in out.items() if isinstance(a, np.ndarray)]
+    others = arrays + [(f"input '{n}'", a) for n, a in inputs.items() if isinstance(a, np.ndarray)]
+    for k, (name, a) in enumerate(arrays):
+        for other, b in others[k + 1:]:
+            if np.shares_memory(a, b):
+                raise ValueError(f"{name} shares memory with {other}: give each output its own array")
