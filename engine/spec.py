@@ -206,10 +206,21 @@ def as_request(req, mode=None) -> DerivativeRequest:
     return req if req.mode or mode is None else dataclasses.replace(req, mode=mode)
 
 
+class DatasetName(str):
+    """The name of an input's dataset (a str) and `offset`, what the reader adds to its values: -1 for a
+    dataset of LAMMPS's 1-based atom types read as 0-based species indices (input.one_based)."""
+
+    def __new__(cls, name, offset=0.0):
+        self = super().__new__(cls, name)
+        self.offset = float(offset)
+        return self
+
+
 @dataclass(frozen=True)
 class InputSection:
     path: str | None = None     # absolute
     datasets: dict = field(default_factory=dict)    # model input -> dataset name (its own by default)
+    one_based: tuple = ()       # inputs whose datasets count from 1: their DatasetName's offset is -1
 
 
 @dataclass(frozen=True)
@@ -875,14 +886,22 @@ def _input_section(doc, node, model, base_dir, locs):
     datasets = {n: n for n in model.inputs}
     if node is None:
         return InputSection(None, datasets)
-    e = doc.mapping(node, "input", allowed=("path", "datasets"), required=("path",))
+    e = doc.mapping(node, "input", allowed=("path", "datasets", "one_based"), required=("path",))
     locs["input.path"] = doc.loc(e["path"])
     for name, n in doc.mapping(e.get("datasets", EMPTY), "input.datasets").items():
         if name not in model.inputs:
             raise doc.error(n, f"input.datasets: '{name}' is not an input of model '{model.name}'")
         datasets[name] = str(doc.value(n))
         locs[f"input.datasets.{name}"] = doc.loc(n)
-    return InputSection(_relative(base_dir, _path(doc, e["path"], "input.path")), datasets)
+    one_based = doc.name_list(e["one_based"], "input.one_based") if "one_based" in e else ()
+    for name in one_based:      # LAMMPS's atom types 1..n as the species indices 0..n-1 that lookups take
+        if name not in model.inputs:
+            raise doc.error(e["one_based"], f"input.one_based: '{name}' is not an input of model '{model.name}' "
+                                            f"(its inputs: {', '.join(model.inputs)})")
+        if one_based.count(name) > 1:
+            raise doc.error(e["one_based"], f"input.one_based: '{name}' is named twice")
+        datasets[name] = DatasetName(datasets[name], -1.0)
+    return InputSection(_relative(base_dir, _path(doc, e["path"], "input.path")), datasets, one_based)
 
 
 def _output_section(doc, node, base_dir):

@@ -201,3 +201,78 @@ def test_shipped_si_examples_equal_lammps_on_our_parameter_files(tmp_path, name,
     assert E.sum() == pytest.approx(pe, rel=1e-10)
     f = atoms.forces(g, index)
     assert np.abs(f - f_ref).max() <= 1e-10 * np.abs(f_ref).max()
+
+
+# ---- LAMMPS's 1-based atom types as input (input.one_based) --------------------------------------------
+def types_config(tmp_path, one_based, compression=None, n=None):
+    """A run of a CuNi alloy whose input file holds LAMMPS's types (1 = Cu, 2 = Ni; padding 1) as `type`
+    and `ntype`; returns (config path, positions, cell, types, neighbour index)."""
+    x, cell = lo.fcc(3.56, 3, 0.15, seed=11)
+    types = np.random.default_rng(11).integers(1, 3, len(x))
+    text = (Path(__file__).resolve().parents[1] / "configs" / "cu_eam_model.yaml").read_text()
+    pot = f"{{potential: {lo.potential('CuNi.eam.alloy')}, elements: [Cu, Ni]}}"
+    (tmp_path / "cuni.yaml").write_text(re.sub(r"\{potential: [^}]*\}", pot, text))
+    nb = atoms.neighbours(x, cell, api.load_model(str(tmp_path / "cuni.yaml")).tables["cu"].constants["cutoff"],
+                          types - 1)
+    import h5py
+    with h5py.File(tmp_path / "in.h5", "w") as f:
+        for name, data in (("R", nb["R"]), ("valid", nb["valid"]), ("type", types),
+                           ("ntype", np.where(nb["index"] >= 0, nb["neighbour_species"] + 1, 1))):
+            f.create_dataset(name, data=np.asarray(data, dtype=np.float64), compression=compression,
+                             chunks=True if compression else None)
+    config = tmp_path / "run.yaml"
+    config.write_text(textwrap.dedent(f"""\
+        adgrad: 1
+        model: cuni.yaml
+        sizes: {{N: {nb['R'].shape[1]}}}
+        input:
+          path: in.h5
+          datasets: {{s: type, sn: ntype}}
+          {"one_based: [s, sn]" if one_based else ""}
+        output: {{path: out.h5}}
+        compute: {{derivatives: [{{of: E, wrt: R}}]}}
+        engine: {{chunk: 40}}
+        """))
+    return config, x, cell, types, nb["index"]
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])      # rows mapped from the file, rows read by h5py
+def test_an_input_of_lammps_types_runs_as_species_with_one_based(tmp_path, compression):
+    import h5py
+    from adgrad.cli.main import cli
+    from click.testing import CliRunner
+    config, x, cell, types, index = types_config(tmp_path, True, compression)
+    res = CliRunner().invoke(cli, ["run", str(config), "-q"])
+    assert res.exit_code == 0, res.output
+    e_ref, f_ref, _ = lo.run(x, cell, types, "eam/alloy", f"* * {lo.potential('CuNi.eam.alloy')} Cu Ni",
+                             (63.55, 58.69))
+    with h5py.File(tmp_path / "out.h5", "r") as f:
+        E, g = f["E"][()], f["dE_dR"][()]
+    assert np.abs(E - e_ref).max() <= 1e-10 * np.abs(e_ref).max()
+    assert np.abs(atoms.forces(g, index) - f_ref).max() <= 1e-10 * np.abs(f_ref).max()
+    res = CliRunner().invoke(cli, ["check", str(config), "--points", "4"])
+    assert res.exit_code == 0, res.output
+
+
+def test_lammps_types_without_one_based_are_flagged_not_silently_used(tmp_path):
+    """Type 2 (Ni) read as species index 2 of two elements: every such atom's results are NaN, and
+    engine.nan: error names the first row."""
+    from adgrad.cli.main import cli
+    from click.testing import CliRunner
+    config, *_ = types_config(tmp_path, False)
+    config.write_text(config.read_text().replace("engine: {chunk: 40}", "engine: {chunk: 40, nan: error}"))
+    res = CliRunner().invoke(cli, ["run", str(config), "-q"])
+    assert res.exit_code == 1 and "non-finite" in res.output
+
+
+@pytest.mark.parametrize("value, phrase", [("[s, q]", "input.one_based: 'q' is not an input of model 'cu_eam'"),
+                                           ("[s, s]", "input.one_based: 's' is named twice"),
+                                           ("{s: 1}", "input.one_based must be a name or a list of names")])
+def test_one_based_names_inputs_of_the_model(tmp_path, value, phrase):
+    from adgrad.cli.main import cli
+    from click.testing import CliRunner
+    config, *_ = types_config(tmp_path, True)
+    config.write_text(config.read_text().replace("one_based: [s, sn]", f"one_based: {value}"))
+    res = CliRunner().invoke(cli, ["run", str(config), "-q"])
+    assert res.exit_code == 2 and f"{config}:7:" in res.output and phrase in res.output, res.output
+    assert not (tmp_path / "out.h5").exists()

@@ -19,6 +19,8 @@ class InputReader:
 
     def __init__(self, path, datasets: dict, shapes: dict):
         self.path, self.mapped = path, None
+        # what to add to a dataset's values as they are read (spec.DatasetName: -1 for LAMMPS's 1-based types)
+        self.offsets = {name: d.offset for name, d in datasets.items() if getattr(d, "offset", 0.0)}
         try:
             self.file = h5py.File(path, "r")
         except OSError as exc:
@@ -55,18 +57,23 @@ class InputReader:
 
     def read(self, start, stop):
         """Rows [start, stop) of every input as new float64 arrays."""
-        return {n: np.asarray(ds[start:stop], dtype=np.float64) for n, ds in self.datasets.items()}
+        return {n: np.asarray(ds[start:stop], dtype=np.float64) + self.offsets.get(n, 0.0)
+                for n, ds in self.datasets.items()}
 
     def rows(self, start, stop, buffers: dict):
         """Rows [start, stop) of every input as [(lo, hi, {name: rows lo..hi})], lo and hi counted
         from start: pieces mapped from the file where it allows (engine/h5/mapped.py), else one
         piece read into the first stop - start rows of the float64 `buffers`."""
         if self.mapped.usable and (pieces := self.mapped.pieces(start, stop)) is not None:
+            for _, _, views in pieces:          # the file's rows are read-only: shifted rows are copies
+                views.update({name: views[name] + offset for name, offset in self.offsets.items()})
             return pieces
         n = stop - start
         for name, ds in self.datasets.items():
             if n:
                 ds.read_direct(buffers[name], np.s_[start:stop], np.s_[0:n])
+                if name in self.offsets:
+                    buffers[name][:n] += self.offsets[name]
         return [(0, n, {name: buf[:n] for name, buf in buffers.items()})]
 
     def fill(self, slot, start, stop):
