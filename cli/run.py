@@ -49,11 +49,15 @@ class Size(click.ParamType):
 @click.option("--trust-input", is_flag=True,
               help="With --resume: skip reading the finished chunks' input rows again to check their checksums.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+@click.option("--native", metavar="DIR", type=click.Path(file_okay=False), default=None,
+              help="Compute with the library `adgrad export CONFIG -o DIR` made (no numba: a fast start; the same "
+                   "bits). The first run with it checks that it is this config's kernel.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on when stderr is a terminal).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (no compile messages, no summary).")
 @click.option("-v", "--verbose", is_flag=True, help="Also print timings per phase.")
 @reports_errors
-def run(config, threads, chunk, memory, output, shard, resume, trust_input, overwrite, progress, quiet, verbose):
+def run(config, threads, chunk, memory, output, shard, resume, trust_input, overwrite, native, progress, quiet,
+        verbose):
     """Compute the config's outputs and derivatives for every point of its input file.
 
     Streams the input in chunks through the compiled (cached) kernel into the output file, then
@@ -63,25 +67,33 @@ def run(config, threads, chunk, memory, output, shard, resume, trust_input, over
     SIGTERM or Ctrl-C stops at the next chunk boundary, keeping every finished chunk (exit 1, with
     the command that resumes); --resume then finishes the file, once the input rows of its finished
     chunks match the checksums it recorded (--trust-input skips that read). Outputs are
-    bit-identical for every --threads and --chunk. See docs/production.md and docs/cluster.md.
+    bit-identical for every --threads and --chunk. --native DIR computes with the config's exported
+    library instead of numba, to the same bits, and starts in a fraction of the time (the first run
+    with a library compiles the config's kernel once to check it; docs/native.md). See
+    docs/production.md and docs/cluster.md.
 
     \b
     Example:
       adgrad run configs/eam.yaml -o eam_out.h5 --overwrite
       adgrad run configs/eam.yaml -o eam_out.h5 --resume       # after a stop
       adgrad run configs/eam.yaml -o out/eam.h5 --shard 2/4    # writes out/eam.shard2of4.h5
+      adgrad export configs/eam.yaml -o build/eam && adgrad run configs/eam.yaml --native build/eam
     """
     from adgrad.engine.spec import load_config_file
     cfg = load_config_file(config)
+    library = None
+    if native is not None:
+        from adgrad.engine.export.native import load_library
+        library = load_library(native)
     if progress is None:
         progress = sys.stderr.isatty()
     bar = ProgressBar() if progress and not quiet else None
     hint = ["adgrad", "run", config, "--resume"] + (["-o", output] if output else []) + \
-        (["--shard", shard] if shard else [])
+        (["--shard", shard] if shard else []) + (["--native", native] if native else [])
     try:
         summary = run_job(cfg, output=output, threads=threads, chunk=chunk, memory=memory, overwrite=overwrite,
                           resume=resume, trust_input=trust_input, shard=shard, progress=bar,
-                          resume_hint=shlex.join(hint), log=compile_log(quiet))
+                          resume_hint=shlex.join(hint), log=compile_log(quiet), native=library)
     finally:
         if bar is not None:
             bar.close()
@@ -92,8 +104,9 @@ def run(config, threads, chunk, memory, output, shard, resume, trust_input, over
     cached = "" if summary.compiled else " (cached)"
     click.echo(f"{summary.points} points{resumed} in {summary.run_seconds:.2f} s ({summary.rate:,.0f} points/s) "
                f"-> {summary.output}", err=True)
-    click.echo(f"modes: {modes}; non-finite points: {summary.nan_points}; threads: {summary.threads}; "
-               f"compile: {summary.compile_seconds:.2f} s{cached}", err=True)
+    code = f"native library {summary.native}" if summary.native else f"compile: {summary.compile_seconds:.2f} s{cached}"
+    click.echo(f"modes: {modes}; non-finite points: {summary.nan_points}; threads: {summary.threads}; {code}",
+               err=True)
     if verbose:
         t = summary.timings
         overlap = (t["read"] + t["compute"] + t["write"]) / max(summary.run_seconds, 1e-9)

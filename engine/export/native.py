@@ -107,9 +107,15 @@ class NativeKernel:
         self.param_values = {a["name"]: info["param_defaults"][a["offset"]:a["offset"] + a["size"]].reshape(a["shape"])
                              for a in info["params"]}
         self.serial_below = SERIAL_BELOW
+        self.native = True          # (the job's test: not a CompiledKernel)
         self.modes = {}             # not recorded in a library; `adgrad run --native` knows them (job/native.py)
         self.cold, self.compile_seconds = False, 0.0
         self._values = info["param_defaults"].copy()     # the params of calls without params=
+
+    @property
+    def max_threads(self):
+        """The most threads a call takes: numba's thread count (default_threads)."""
+        return default_threads()
 
     def __repr__(self):
         return f"NativeKernel({self.library!r}, model {self.name!r}, cpu {self.cpu!r})"

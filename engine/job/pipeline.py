@@ -15,11 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import JobError
-from ..kernel import run_rows
-from ..numeric.checksum import digest
-from ..numeric.exactsum import ExactSum
-from ..numeric.scalar import narrow, nonfinite_row
 from ..store.slot import Slot
+from . import native as natives
 
 SETS = 3        # slots in flight: read, compute, write
 
@@ -93,6 +90,7 @@ class _Compute:
         self.workspace = kernel.workspace(threads)
         self.names = list(kernel.graph.inputs)
         self.labels = {name: f"input dataset '{ds.name.lstrip('/')}'" for name, ds in reader.datasets.items()}
+        self.native = getattr(kernel, "native", False)     # an exported library: no numba helpers
 
     def __call__(self, slot, n):
         t0 = time.perf_counter()
@@ -102,14 +100,19 @@ class _Compute:
         digests = np.zeros(len(self.names), dtype=np.uint64)
 
         def block(lo, hi, inputs):
-            digests[:] += input_digests(inputs, self.names, lo)
+            digests[:] += input_digests(inputs, self.names, lo, self.native)
             self.kernel.compute(inputs, {name: arr[lo:hi] for name, arr in computed.items()}, self.workspace,
                                 bad[lo:hi])
         slot.each_input(block)
+        if self.wide:                   # numba's helpers (imported here: a float64 run of a library has none)
+            from ..kernel import run_rows
+            from ..numeric.scalar import narrow
         for name, arr in self.wide.items():
             wide, rows = arr[:n].reshape(n, -1), stored[name].reshape(n, -1)
             run_rows(lambda next_row, block, w: narrow(next_row, block, wide, rows, bad), n, len(self.workspace))
         sums = {}
+        if self.kernel.reduced:
+            from ..numeric.exactsum import ExactSum
         for name in self.kernel.reduced:
             sums[name] = ExactSum(self.kernel.output_shapes[name])
             sums[name].add(stored[name])
@@ -120,7 +123,7 @@ class _Compute:
         i = int(np.argmax(bad))
         rows = [(self.labels[name], row) for name, row in slot.input_row(i).items()] + \
                [(f"output '{name}'", arr[i]) for name, arr in stored.items()]
-        return i, next(label for label, row in rows if nonfinite_row(row))
+        return i, next(label for label, row in rows if not np.isfinite(row).all())
 
 
 class _Stream:
@@ -179,8 +182,13 @@ class _Stream:
                         f"(rows before {self.plan.row_start + a}) and is marked incomplete")
 
 
-def input_digests(inputs: dict, names, first_row=0):
-    """uint64 per input of `names`: the checksums of its rows first_row.. of a chunk."""
+def input_digests(inputs: dict, names, first_row=0, native=False):
+    """uint64 per input of `names`: the checksums of its rows first_row.. of a chunk; `native`: by
+    numpy (job/native.py digest, the same values), for a run with no numba."""
+    if native:
+        digest = natives.digest
+    else:
+        from ..numeric.checksum import digest
     return np.array([digest(inputs[name], first_row) for name in names], dtype=np.uint64)
 
 

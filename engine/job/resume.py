@@ -51,9 +51,10 @@ def _differs(a, b):
     return str(a) != str(b.decode() if isinstance(b, bytes) else b)
 
 
-def verify_input(out, reader, plan, names, should_stop):
+def verify_input(out, reader, plan, names, should_stop, native=False):
     """Read the input rows of the finished chunks again and compare their checksums with those the
-    file recorded; a chunk whose rows changed refuses the resume, naming its rows."""
+    file recorded; a chunk whose rows changed refuses the resume, naming its rows. `native`: the
+    checksums by numpy (a run of a library, with no numba; the same values)."""
     if not out.done:
         return
     if out.digests is None:
@@ -76,7 +77,7 @@ def verify_input(out, reader, plan, names, should_stop):
             got = np.zeros(len(names), dtype=np.uint64)
 
             def add(lo, hi, rows):
-                got[:] += input_digests(rows, names, lo)
+                got[:] += input_digests(rows, names, lo, native)
             slot.each_input(add)
             changed = [reader.datasets[n].name.lstrip("/") for n, g, s in zip(names, got, stored[k]) if g != s]
             if changed:

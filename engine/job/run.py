@@ -2,22 +2,22 @@
 
 Every check that can fail on user input (spec, params, input datasets, output path, a --resume that
 does not fit the file) runs before the output file is created or changed, so a bad config never
-leaves a file behind. The chunks themselves stream through job/pipeline.py."""
+leaves a file behind. The chunks themselves stream through job/pipeline.py. With `native` (a library of `adgrad export`,
+job/native.py) the run imports neither numba nor the compiler once the library is known to be the
+config's kernel."""
 from __future__ import annotations
 
 import datetime
 import hashlib
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 
 import h5py
-import numba
 import numpy as np
-from numba.core import event as numba_event
 
-from ..compile import compile_model
 from ..errors import DataError, JobError
 from ..limits import DEFAULT_CHUNK
 from ..store import guard
@@ -25,9 +25,9 @@ from ..store.atomic import io_errno, io_reason
 from ..store.input import InputReader, input_identity
 from ..store.lock import output_lock
 from ..store.output import OutputFile, staging_path
-from ..model import build
 from ..spec import Config
 from ..version import __version__
+from . import native as natives
 from . import shard as shards
 from .pipeline import Plan, bytes_per_point, stream
 from .resume import check_resumable, verify_input
@@ -47,6 +47,7 @@ class Summary:
     timings: dict = field(default_factory=dict)
     compile_seconds: float = 0.0    # of `seconds`: compiling (or loading) the kernel, and numba's first calls
     compiled: bool = False      # something was compiled, not loaded from a cache
+    native: str | None = None   # the library that computed the results (--native), else None (numba)
 
     @property
     def run_seconds(self):
@@ -66,12 +67,14 @@ def now():
 def prepare(config: Config, log=None):
     """The model with the config's param overrides, the kernel for the requested results, and the
     seconds it took to compile (or load) it. `log`: compile_model's (a line before a compile, one after)."""
+    from ..model import build
     model = build(config.model).with_params(config.params)
     kernel, seconds = _kernel(config, model, log)
     return model, kernel, seconds
 
 
 def _kernel(config, model, log=None):
+    from ..compile import compile_model
     t0 = time.perf_counter()
     kernel = compile_model(model, config.compute.derivatives, mode=config.mode, values=list(config.compute.values),
                            math=config.engine.math, log=log)
@@ -110,6 +113,7 @@ class Request:
     progress: object = None             # progress(done, total) after every chunk
     resume_hint: str = "adgrad run CONFIG --resume"
     log: object = None                  # log(line) before the kernel is compiled and after (compile_model's)
+    native: object = None               # a NativeKernel (engine/export/native.py) to run instead of numba's
 
 
 def run(config: Config, output=None, shard=None, **options) -> Summary:
@@ -156,11 +160,15 @@ def _job(config, target, resuming, part, req, t_start, publish):
     """The input checked (found, its datasets and shapes) before the kernel is compiled: a wrong input
     is an error at once, not after a compile."""
     with stop_on_signals() as should_stop:
+        if req.native is not None:
+            return _native_job(config, target, resuming, part, req, t_start, publish, should_stop)
+        from ..model import build
         model = build(config.model).with_params(config.params)
         shapes = input_shapes(config, model)
         # model inputs map through input.datasets; a jvp direction or vjp cotangent names its dataset itself
         reader = InputReader(config.input.path, {n: config.input.datasets.get(n, n) for n in shapes}, shapes)
         try:
+            from numba.core import event as numba_event
             kernel, t_compile = _kernel(config, model, req.log)
             assert shapes == {n: v.shape for n, v in kernel.graph.inputs.items()}, "input_shapes and the kernel differ"
             # numba compiles (or loads from its cache) the run's own helpers and any other signature of the
@@ -168,8 +176,8 @@ def _job(config, target, resuming, part, req, t_start, publish):
             held, compiled = numba_event.TimingListener(), numba_event.TimingListener()
             with numba_event.install_listener("numba:compiler_lock", held), \
                     numba_event.install_listener("numba:compile", compiled):
-                summary = _run(config, model, kernel, reader, target, resuming, part, req, should_stop, t_start,
-                               t_compile, publish)
+                summary = _run(config, natives.params_sha256(model.param_values), kernel, reader, target, resuming,
+                               part, req, should_stop, t_start, t_compile, publish)
         finally:
             reader.close()
     jit, t = (held.duration if held.done else 0.0), summary.timings
@@ -180,12 +188,28 @@ def _job(config, target, resuming, part, req, t_start, publish):
     return summary
 
 
-def _open(config, model, kernel, reader, out_path, resuming, part, req, should_stop):
+def _native_job(config, target, resuming, part, req, t_start, publish, should_stop):
+    """_job with the library req.native: checked against the config (job/native.py), its inputs read
+    as the model's, no numba."""
+    t0, kernel = time.perf_counter(), req.native
+    params_sha, cold = natives.prepare(config, kernel, req.log)
+    shapes = {n: v.shape for n, v in kernel.graph.inputs.items()}
+    reader = InputReader(config.input.path, {n: config.input.datasets.get(n, n) for n in shapes}, shapes)
+    try:
+        summary = _run(config, params_sha, kernel, reader, target, resuming, part, req, should_stop, t_start,
+                       time.perf_counter() - t0, publish)
+    finally:
+        reader.close()
+    summary.compiled, summary.native = cold, kernel.library
+    return summary
+
+
+def _open(config, params_sha, kernel, reader, out_path, resuming, part, req, should_stop):
     """The output file to write, laid out or (resuming) checked against this run; and the plan."""
     m = reader.points
     row_start, row_stop = part.rows(m) if part else (0, m)
-    threads = _threads(config.engine.threads if req.threads is None else req.threads)
-    attrs = _provenance(config, model, kernel, m, part, (row_start, row_stop), threads)
+    threads = _threads(config.engine.threads if req.threads is None else req.threads, kernel)
+    attrs = _provenance(config, params_sha, kernel, m, part, (row_start, row_stop), threads)
     if resuming:
         out = OutputFile.open(out_path)
         try:
@@ -193,7 +217,7 @@ def _open(config, model, kernel, reader, out_path, resuming, part, req, should_s
             plan = Plan(row_start, row_stop - row_start, chunk)
             out.fits(kernel.output_shapes, kernel.reduced, plan.rows, plan.chunks)
             if not req.trust_input:
-                verify_input(out, reader, plan, list(kernel.graph.inputs), should_stop)
+                verify_input(out, reader, plan, list(kernel.graph.inputs), should_stop, _is_native(kernel))
         except (DataError, Interrupted):
             out.close()
             raise
@@ -207,10 +231,10 @@ def _open(config, model, kernel, reader, out_path, resuming, part, req, should_s
     return out, Plan(row_start, row_stop - row_start, chunk), threads
 
 
-def _run(config, model, kernel, reader, out_path, resuming, part, req, should_stop, t_start, t_compile, publish):
+def _run(config, params_sha, kernel, reader, out_path, resuming, part, req, should_stop, t_start, t_compile, publish):
     """The chunks into out_path; once complete, renamed to `publish` if given (an --overwrite run's
     staged file). Success is reported only if the finished file is still the one at its final path."""
-    out, plan, threads = _open(config, model, kernel, reader, out_path, resuming, part, req, should_stop)
+    out, plan, threads = _open(config, params_sha, kernel, reader, out_path, resuming, part, req, should_stop)
     try:
         outcome = stream(kernel, reader, out, plan, config.output.dtype, threads, config.engine.nan == "error",
                          should_stop, req.progress or (lambda done, total: None))
@@ -264,9 +288,13 @@ def _size(n):
     return f"{n} bytes"
 
 
-def _threads(requested):
-    """numba threads for `requested` (0 = all cores, capped there)."""
-    available = numba.config.NUMBA_NUM_THREADS
+def _threads(requested, kernel):
+    """Threads for `requested` (0 = all cores, capped there): numba's count, or a library's (the same)."""
+    if _is_native(kernel):
+        available = kernel.max_threads
+    else:
+        import numba
+        available = numba.config.NUMBA_NUM_THREADS
     return available if not requested else min(requested, available)
 
 
@@ -274,18 +302,33 @@ def _sha(data: bytes):
     return hashlib.sha256(data).hexdigest()
 
 
-def _provenance(config, model, kernel, m, part, rows, threads):
-    params = hashlib.sha256()
-    for name in sorted(model.param_values):
-        value = np.ascontiguousarray(model.param_values[name], dtype=np.float64)
-        params.update(f"{name}{value.shape}".encode() + value.tobytes())
+def _is_native(kernel):
+    """Whether `kernel` is an exported library (engine/export/native.py NativeKernel), not a CompiledKernel."""
+    return getattr(kernel, "native", False)
+
+
+def _versions():
+    """The numba, numpy and h5py versions for the output file; numba's read without importing it for a
+    run of a library (it is the numba the library was checked against)."""
+    if "numba" in sys.modules:
+        numba_version = sys.modules["numba"].__version__
+    else:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            numba_version = version("numba")
+        except PackageNotFoundError:
+            numba_version = ""
+    return {"numba_version": numba_version, "numpy_version": np.__version__, "h5py_version": h5py.__version__}
+
+
+def _provenance(config, params_sha, kernel, m, part, rows, threads):
+    kernel_sha = kernel.kernel_sha256 if _is_native(kernel) else _sha(kernel.source.encode())
     attrs = {
         "adgrad_version": __version__, "model_yaml": config.model.text, "config_yaml": config.text,
         "model_sha256": _sha(config.model.text.encode()), "config_sha256": _sha(config.text.encode()),
-        "params_sha256": params.hexdigest(), "kernel_sha256": _sha(kernel.source.encode()),
+        "params_sha256": params_sha, "kernel_sha256": kernel_sha,
         "input_path": os.path.abspath(config.input.path), "input_points": m, **input_identity(config.input.path),
-        "points": rows[1] - rows[0], "modes": json.dumps(kernel.modes), "threads": threads,
-        "numba_version": numba.__version__, "numpy_version": np.__version__, "h5py_version": h5py.__version__,
+        "points": rows[1] - rows[0], "modes": json.dumps(kernel.modes), "threads": threads, **_versions(),
     }
     if part:
         attrs.update({"shard": part.label, "row_start": rows[0], "row_stop": rows[1]})
