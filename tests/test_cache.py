@@ -83,3 +83,43 @@ def test_other_helper_code_is_another_cache_entry(tmp_path, monkeypatch):
     monkeypatch.setattr(load, "_helpers_fingerprint", lambda: "other helpers")
     load.load(source)
     assert len(list(tmp_path.glob("k_*.py"))) == 2
+
+
+SEALED_AT_SAVE = """
+import glob, os, sys
+from adgrad.engine import compile_model, load_model
+from adgrad.engine.codegen import load
+kernel = compile_model(load_model(sys.argv[1]), [("E", "x")])
+paths = glob.glob(os.path.join(os.environ["ADGRAD_CACHE_DIR"], "k_*.py")) + sorted(load._HELPER_ENTRIES)
+print(len(paths), *{load._numba_cache_state(p) for p in paths if load._numba_files(p)})
+"""
+
+
+def test_an_entry_is_sealed_as_soon_as_it_is_saved(tmp_path):
+    """A process that compiled a kernel and its helpers has sealed their numba files before it exits:
+    another process loading the entries meanwhile finds them verified, neither discarding them nor
+    taking the first one's files for damage."""
+    env = dict(os.environ, ADGRAD_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-c", SEALED_AT_SAVE, str(ROOT / "configs" / "eam_model.yaml")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    n, *states = r.stdout.split()
+    assert int(n) > 1 and states == ["ok"], r.stdout
+
+
+def test_every_sealed_version_of_a_file_verifies(tmp_path):
+    """Two processes compiling one entry at once each write its files whole and seal them: a third
+    finds whichever version is on disk verified; a version nobody sealed is damage."""
+    from adgrad.engine.codegen import load
+
+    entry = tmp_path / "k_0.py"
+    entry.write_text("")
+    code = tmp_path / "__pycache__" / "k_0.point-1.py311.nbc"
+    code.parent.mkdir()
+    for version in (b"first process", b"second process"):
+        code.write_bytes(version)
+        load._seal_path(str(entry))
+    code.write_bytes(b"first process")
+    assert load._numba_cache_state(str(entry)) == "ok"
+    code.write_bytes(b"nobody's")
+    assert load._numba_cache_state(str(entry)) == "damaged"

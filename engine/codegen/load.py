@@ -20,6 +20,7 @@ import ast
 import atexit
 import collections
 import errno
+import fcntl
 import functools
 import hashlib
 import importlib.util
@@ -466,15 +467,26 @@ def _numba_cache_state(path):
     if not files:
         return "ok"
     try:
-        with open(_sums_path(path), encoding="utf-8") as f:
-            sums = json.load(f)
-        if any(n in sums and sums[n] != _sha(p) for n, p in files.items()):
+        sums = _read_sums(path)
+        if sums is None:
+            return "unverified"
+        if any(n in sums and _sha(p) not in sums[n] for n, p in files.items()):
             return "damaged"
         return "ok" if all(n in sums for n in files) else "unverified"
-    except FileNotFoundError:
-        return "unverified"
     except (OSError, ValueError, AttributeError, TypeError):
         return "damaged"
+
+
+def _read_sums(path):
+    """file name -> the checksums sealed for it (None: never sealed). Each is a list: processes
+    compiling the same entry at once each write the file whole, all of them valid, so any sealed
+    version verifies (an adgrad before this wrote one string per file)."""
+    try:
+        with open(_sums_path(path), encoding="utf-8") as f:
+            sums = json.load(f)
+    except FileNotFoundError:
+        return None
+    return {n: [v] if isinstance(v, str) else list(v) for n, v in sums.items()}
 
 
 def _discard_numba_cache(path):
@@ -492,14 +504,26 @@ def seal(module):
 
 
 def _seal_path(path):
+    """Add the checksums of an entry's numba files as they are now to those already sealed, under a lock
+    (several processes may seal one entry at once), keeping the last few of each file."""
     if not os.path.exists(path) and not os.path.isdir(os.path.join(os.path.dirname(path), "__pycache__")):
         return                  # compiled without the cache (_load_uncached), or nothing cached yet
     try:
-        sums = {n: _sha(p) for n, p in _numba_files(path).items()}
-        if sums or os.path.exists(_sums_path(path)):
-            _write_atomic(_sums_path(path), json.dumps(sums, sort_keys=True).encode())
+        with open(_sums_path(path) + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                old = _read_sums(path) or {}
+            except (OSError, ValueError, AttributeError, TypeError):
+                old = {}        # unreadable checksums: sealed afresh from the files as they are
+            sums = {n: ([h for h in old.get(n, []) if h != s] + [s])[-_SEALED_VERSIONS:]
+                    for n, s in ((n, _sha(p)) for n, p in _numba_files(path).items())}
+            if sums or old:
+                _write_atomic(_sums_path(path), json.dumps(sums, sort_keys=True).encode())
     except OSError:
         pass                    # a cache we cannot write to is only slower, never wrong
+
+
+_SEALED_VERSIONS = 8    # per file: more than the processes that compile one entry at the same moment
 
 
 def warn(message):
@@ -608,6 +632,12 @@ class _AdgradCache(caching.FunctionCache):
         except OSError as exc:
             self.disable()
             _cannot_write(exc)
+            return
+        # sealed at once, not only at exit: until then another process finds the files unsealed and
+        # discards them, and its own save could be taken for damage by a third
+        entry = getattr(self._impl.locator, "_entry", None)
+        if entry:
+            _seal_path(entry)
 
 
 _numba_enable_caching = Dispatcher.enable_caching
