@@ -2,6 +2,7 @@
 test files a first check can leave out (`python -m pytest -q -m "not slow"`, README.md)."""
 from __future__ import annotations
 
+import subprocess
 import textwrap
 
 import pytest
@@ -42,3 +43,24 @@ def model_from_text(tmp_path_factory):
         path.write_text(textwrap.dedent(text).lstrip())
         return load_model(path)
     return make
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(name, options): a directory of tmp_path with a tmpfs of those mount options on it (a small or
+    full disk), where the machine lets us mount one (root, mount available), else the test is skipped;
+    unmounted after the test."""
+    mounted = []
+
+    def mount(name, options):
+        mnt = tmp_path / name
+        mnt.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mnt)], capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a small tmpfs here ({(r.stderr or r.stdout).strip() or 'mount failed'})")
+        mounted.append(mnt)
+        return mnt
+
+    yield mount
+    for mnt in reversed(mounted):
+        subprocess.run(["umount", str(mnt)], capture_output=True)

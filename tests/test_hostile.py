@@ -711,18 +711,9 @@ def test_overwrite_keeps_the_old_results_until_the_new_run_completes(tmp_path, m
 
 # ---- a full disk ----------------------------------------------------------------------------------------
 @pytest.fixture
-def small_disk(tmp_path):
-    """A 4 MiB tmpfs, where the machine lets us mount one (root, mount available); else skipped."""
-    import subprocess
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here ({(r.stderr or r.stdout).strip() or 'mount failed'})")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
+def small_disk(tmpfs):
+    """A 4 MiB tmpfs (tests/conftest.py), or the test is skipped."""
+    return tmpfs("small", "size=4m")
 
 
 def test_a_full_disk_gives_one_line_and_a_resumable_file(small_disk):

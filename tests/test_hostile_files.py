@@ -426,19 +426,10 @@ def test_a_full_compile_cache_is_a_warning_and_the_results_are_the_same(tmp_path
 
 
 @pytest.fixture
-def full_disk(tmp_path):
-    """A tmpfs of 64 KiB with two inodes, one left free, where the machine lets us mount one (root,
-    mount available); else skipped (the test above covers the same code with a file size limit)."""
-    mnt = tmp_path / "full"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,nr_inodes=3", "tmpfs", str(mnt)], capture_output=True,
-                       text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here ({(r.stderr or r.stdout).strip() or 'mount failed'})")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
+def full_disk(tmpfs):
+    """A tmpfs of 64 KiB with two inodes, one left free (tests/conftest.py), or the test is skipped (the
+    test above covers the same code with a file size limit)."""
+    return tmpfs("full", "size=64k,nr_inodes=3")
 
 
 @pytest.mark.parametrize("room", ["no room for the directory", "no room for the files"])
