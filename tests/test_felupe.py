@@ -42,7 +42,16 @@ def rel_err(a, b):
 
 
 def params_of(model):
-    return {k: float(v) for k, v in model.param_values.items()}
+    return {k: float(v) if v.ndim == 0 else v.copy() for k, v in model.param_values.items()}
+
+
+def perturbed(model, rel=1e-6):
+    """(name, params) with one param value, or one entry of an array param, changed by `rel`."""
+    for param, value in params_of(model).items():
+        for i in np.ndindex(np.shape(value)):
+            changed = np.array(value, dtype=float)
+            changed[i] *= 1 + rel
+            yield f"{param}{list(i) if i else ''}", {param: changed if changed.ndim else float(changed)}
 
 
 def deformation_gradients(seed=13):
@@ -130,22 +139,69 @@ def test_hyperelastic_law_equals_felupe(name, hyperelastic):
 def test_a_perturbed_param_is_caught(name, hyperelastic, points):
     """The comparison can fail: each param changed by 1e-6 relative gives errors far above RTOL."""
     model, kernel, _, ref = hyperelastic(name)
-    for param, value in params_of(model).items():
-        out = kernel.evaluate({"F": points}, params={param: value * (1 + 1e-6)})
-        errors, _ = compare(out, ref)
+    for param, params in perturbed(model):
+        errors, _ = compare(kernel.evaluate({"F": points}, params=params), ref)
         assert max(errors) > 100 * RTOL, (param, errors)
 
 
 def test_ogden_with_exponents_2_and_minus_2_is_mooney_rivlin(kernels, points):
-    """sum lbar**2 = I1bar and sum lbar**-2 = I2bar, so Ogden (mu1, 2; mu2, -2) is Mooney-Rivlin with
-    C10 = mu1/2, C01 = mu2/2: also its tangent at F = I and at the uniaxial stretches (equal stretches)."""
+    """sum lbar**2 = I1bar and sum lbar**-2 = I2bar, so Ogden (mu_1, 2; mu_2, -2) is Mooney-Rivlin with
+    C10 = mu_1/2, C01 = mu_2/2: also its tangent at F = I and at the uniaxial stretches (equal stretches)."""
     _, ogden = kernels["ogden"]
     mr_model, mr = kernels["mooney_rivlin"]
     c10, c01 = params_of(mr_model)["C10"], params_of(mr_model)["C01"]
-    got = ogden.evaluate({"F": points}, params={"mu1": 2 * c10, "alpha1": 2.0, "mu2": 2 * c01, "alpha2": -2.0})
+    got = ogden.evaluate({"F": points}, params={"mu": [2 * c10, 2 * c01], "alpha": [2.0, -2.0]})
     want = mr.evaluate({"F": points})
     for name in ("W", "dW_dF", "d2W_dF_dF"):
         assert rel_err(got[name], want[name]).max() <= 1e-12, name
+
+
+# three Ogden terms (Ogden 1972's fit of Treloar's data has exponents 1.3, 5 and -2)
+OGDEN3 = {"mu": [1.0, 0.01, -0.05], "alpha": [1.3, 5.0, -2.0], "bulk": 2.0}
+
+
+@pytest.fixture(scope="module")
+def ogden3(tmp_path_factory):
+    """The library's ogden.yaml with three terms: its arrays mu and alpha replaced in a copy (a config's
+    params: may change the values, not the number of terms), compiled."""
+    text = (MODELS / "ogden.yaml").read_text()
+    for name in ("mu", "alpha"):
+        text, n = re.subn(rf"(?m)^  {name}: \[.*\]$", f"  {name}: {OGDEN3[name]}", text)
+        assert n == 1, name
+    path = tmp_path_factory.mktemp("ogden3") / "ogden.yaml"
+    path.write_text(text)
+    model = load_model(path)
+    assert params_of(model)["mu"].shape == (3,)
+    return model, compile_model(model, derivatives=HYPER)
+
+
+def test_ogden_with_three_terms_equals_felupe(ogden3, points):
+    """W, P and A of three terms: felupe's Hyperelastic(ogden, mu, alpha) & Volumetric, whose tensortrax
+    eigenvalues are perturbed (up to 3e-5 from the exact values here, 1e-8 at the median; the
+    third term left out is more than 1e-2 off), and to 1e-10 the `hyperelastic` package's exact Ogden
+    with felupe's Volumetric."""
+    model, kernel = ogden3
+    out = kernel.evaluate({"F": points})
+    got = (out["W"], out["dW_dF"], out["d2W_dF_dF"])
+    mu, alpha, bulk = OGDEN3["mu"], OGDEN3["alpha"], OGDEN3["bulk"]
+    x = fo.to_felupe(points)
+    vol = fo.fem.Volumetric(bulk=bulk)
+    umat = fo.fem.Hyperelastic(fo.fem.ogden, mu=mu, alpha=alpha) & vol
+    C = np.einsum("kI...,kJ...->IJ...", x, x)
+    W = fo.tr.function(fo.fem.ogden, wrt=0, ntrax=2)(C, mu=mu, alpha=alpha)[0] + vol.function([x])[0][0]
+    felupe = (W, fo.from_felupe(umat.gradient([x, None])[0]), fo.from_felupe(umat.hessian([x, None])[0]))
+    for a, b, name in zip(got, felupe, "WPA"):
+        errors = rel_err(a, b)
+        assert errors.max() <= 1e-4 and np.median(errors) <= 1e-7, (name, errors.max(), np.median(errors))
+    wrong = kernel.evaluate({"F": points}, params={"mu": [1.0, 0.01, 0.0]})
+    assert min(rel_err(a, b).max() for a, b in zip((wrong["W"], wrong["dW_dF"], wrong["d2W_dF_dF"]), felupe)) > 1e-2
+    exact = fo.hel.DistortionalSpace(fo.hel.StretchesFramework(fo.hel.models.stretches.Ogden(mu=mu, alpha=alpha)))
+    P = fo.from_felupe(exact.gradient([x, None])[0] + vol.gradient([x, None])[0])
+    A = fo.from_felupe(exact.hessian([x, None])[0] + vol.hessian([x, None])[0])
+    assert max(rel_err(got[1], P).max(), rel_err(got[2], A).max()) <= RTOL
+    for param, params in perturbed(model):
+        changed = kernel.evaluate({"F": points}, params=params)
+        assert rel_err(changed["d2W_dF_dF"], A).max() > 100 * RTOL, param
 
 
 def log_strain(F):
@@ -223,8 +279,8 @@ def test_plasticity_equals_felupe(plastic):
 
 def test_a_perturbed_plasticity_param_is_caught(plastic):
     model, kernel, inputs, ref = plastic
-    for param, value in params_of(model).items():
-        errors = plastic_errors(kernel.evaluate(inputs, params={param: value * (1 + 1e-6)}), ref)
+    for param, params in perturbed(model):
+        errors = plastic_errors(kernel.evaluate(inputs, params=params), ref)
         assert max(errors.values()) > 100 * RTOL, (param, errors)
 
 

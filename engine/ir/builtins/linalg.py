@@ -14,6 +14,7 @@ import numpy as np
 from ..ops.linalg import CLOSED_FORM, cofactor, entries
 from .call import builtin
 from .constructors import stack
+from .spectral import STACKS
 
 
 def matmul(call, a, b):
@@ -163,14 +164,32 @@ def _outer(call):
 
 @builtin("trace")
 def _trace(call):
-    (a,) = call.arrays(1)
-    if a.rank != 2:
-        raise call.fail(f"trace: expects a matrix, got shape {a.shape}")
-    made = call.builder.producer(a)
-    if made is not None and made.op == "matfun":      # tr f(A): a sum over eigenvalues (ops/spectral.py)
-        return call.emit("trfun", *made.args, **dict(made.attrs))
-    mask = call.constant(np.eye(*a.shape))
-    return call.emit("reduce_sum", call.emit("mul", a, mask), axes=(0, 1))
+    """numpy's trace(a, axis1=0, axis2=1): the sum of the diagonal of the two axes, the others kept in
+    order. A stack of matrices (rank > 2) needs its axes named (numpy's default would take the stack's)."""
+    if len(call.args) != 1 or any(kw.arg not in ("axis1", "axis2") for kw in call.keywords):
+        raise call.fail("trace(a) of a matrix, or trace(a, axis1=i, axis2=j) of a stack of matrices")
+    a = call.array(call.args[0])
+    given = {kw.arg: call.static(kw.value) for kw in call.keywords}
+    if a.rank != 2 and len(given) != 2:
+        raise call.fail(f"trace: expects a matrix, got shape {a.shape}; of a stack of matrices, name the axes: "
+                        f"trace(a, axis1=-2, axis2=-1)")
+    i, j = (call.axes(given.get(k, d), a.rank)[0] for k, d in (("axis1", 0), ("axis2", 1)))
+    if i == j:
+        raise call.fail(f"trace: axis1 and axis2 are both axis {i}")
+    if a.rank == 2:
+        made = call.builder.producer(a)
+        if made is not None and made.op == "matfun":      # tr f(A): a sum over eigenvalues (ops/spectral.py)
+            return call.emit("trfun", *made.args, **dict(made.attrs))
+    elif (i, j) in ((a.rank - 2, a.rank - 1), (a.rank - 1, a.rank - 2)) and a in STACKS:
+        out = call.const(0.0, a.shape[:-2])             # powm(A, p) of an array p: trfun per entry
+        for k, part in zip(np.ndindex(*a.shape[:-2]), STACKS[a]):
+            made = call.builder.producer(part)
+            out = call.emit("index_add", out, call.emit("trfun", *made.args, **dict(made.attrs)), index=k)
+        return out
+    keep = [k for k in range(a.rank) if k not in (i, j)]
+    a = call.emit("transpose", a, perm=(*keep, i, j)) if (*keep, i, j) != tuple(range(a.rank)) else a
+    mask = call.constant(np.eye(*a.shape[-2:]))
+    return call.emit("reduce_sum", call.emit("mul", a, mask), axes=(a.rank - 2, a.rank - 1))
 
 
 @builtin("transpose")

@@ -3,8 +3,16 @@ the isotropic matrix functions powm, sqrtm, logm and expm, lowered to the spectr
 (engine/ir/ops/spectral.py says what their derivatives guarantee)."""
 from __future__ import annotations
 
+import weakref
+
+import numpy as np
+
 from ..ops.spectral import KINDS
 from .call import builtin
+
+# powm(A, p) with an array p: the stack -> its matrix functions, one per entry of p in C order, so that
+# trace(stack, axis1=-2, axis2=-1) takes each one's trace as trfun (linalg.py), as trace(powm(A, p)) does
+STACKS = weakref.WeakKeyDictionary()
 
 
 def _matrix(call, x):
@@ -29,11 +37,18 @@ def _matfun(call, a, kind, p=0.0):
 
 @builtin("powm")
 def powm(call):
-    """A**p = U diag(lam**p) U^T for a scalar p (a number, a param or an expression)."""
+    """A**p = U diag(lam**p) U^T for a scalar p (a number, a param or an expression); for an array p
+    (an Ogden law's exponents, one a term) the stack of shape p.shape + (3, 3) of A**p[i], numpy's
+    broadcasting of p[..., None, None]: one eigendecomposition, a matrix function per entry."""
     a, p = call.arrays(2)
-    if p.shape != ():
-        raise call.fail(f"powm: the exponent is a scalar, got shape {p.shape}", call.args[1])
-    return _matfun(call, a, "pow", p)
+    if p.rank == 0:
+        return _matfun(call, a, "pow", p)
+    parts = [_matfun(call, a, "pow", call.emit("getitem", p, index=i)) for i in np.ndindex(*p.shape)]
+    out = call.const(0.0, p.shape + (3, 3))
+    for i, part in zip(np.ndindex(*p.shape), parts):
+        out = call.emit("index_add", out, part, index=i + ((0, 3, 1), (0, 3, 1)))
+    STACKS[out] = tuple(parts)
+    return out
 
 
 @builtin("sqrtm")
