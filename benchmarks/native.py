@@ -11,13 +11,28 @@ are checked bit for bit against the numba kernel's.
     python benchmarks/native.py                 # the models below at their default point counts
     python benchmarks/native.py --quick         # a tenth of the points
     python benchmarks/native.py --models eam,j2_voce --repeats 9
+    python benchmarks/native.py --startup --repeats 11    # start-up only (below)
+
+Start-up (issue 26 item 5), in fresh processes, interleaved, median wall and CPU seconds of --repeats:
+the floors (the interpreter; numpy; the libraries of `adgrad run`: click, h5py, numpy, yaml), a
+process that evaluates configs/eam_model.yaml's E and dE/dx at 2000 points once through the numba
+kernel (compile cache warm) and through the exported library (load_library), and `adgrad run
+configs/eam.yaml` warm with numba and with --native (its record made by a first run); then the
+largest imports of the --native run (python -X importtime). Targets: the library's process under
+0.2 s, the --native run under 0.5 s.
 """
 import argparse
 import ctypes
 import os
 import platform
+import re
+import resource
+import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -106,13 +121,88 @@ def bench(name, args, tmp):
     return table
 
 
+EVAL = ("import numpy as np\nx = np.random.default_rng(0).uniform(0, 1, (2000, 100))\n{load}\n"
+        "out = kernel.evaluate({{'x': x}})\nassert out['dE_dx'].shape == (2000, 100)\n")
+NUMBA_LOAD = ("from adgrad.engine import compile_model, load_model\n"
+              "kernel = compile_model(load_model({model!r}), [('E', 'x')])")
+NATIVE_LOAD = "from adgrad.engine import load_library\nkernel = load_library({lib!r})"
+
+
+def startup_commands(tmp):
+    """(label, argv) of the processes timed, after the export and the first runs they need."""
+    from adgrad.engine import compile_model, load_model
+    from adgrad.engine.export import export
+    model = str(ROOT / "configs/eam_model.yaml")
+    export(compile_model(load_model(model), [("E", "x")]), os.path.join(tmp, "api"))
+    run = ["-m", "adgrad.cli.entry", "run", str(ROOT / "configs/eam.yaml"), "-q", "--overwrite", "-o"]
+    export_cmd = [sys.executable, "-m", "adgrad.cli.entry", "export", str(ROOT / "configs/eam.yaml"), "-o",
+                  os.path.join(tmp, "run")]
+    subprocess.run(export_cmd, check=True, capture_output=True)
+    native = run + [os.path.join(tmp, "native.h5"), "--native", os.path.join(tmp, "run")]
+    for argv in (run + [os.path.join(tmp, "numba.h5")], native):       # compile cache, --native's record
+        subprocess.run([sys.executable, *argv], check=True, capture_output=True)
+    return [("python -c pass (the interpreter)", ["-c", "pass"]),
+            ("import numpy (the library's floor)", ["-c", "import numpy"]),
+            ("import click, h5py, numpy, yaml (run's floor)", ["-c", "import click, h5py, numpy, yaml"]),
+            ("evaluate once: numba kernel (cached)", ["-c", EVAL.format(load=NUMBA_LOAD.format(model=model))]),
+            ("evaluate once: load_library", ["-c", EVAL.format(load=NATIVE_LOAD.format(
+                lib=os.path.join(tmp, "api")))]),
+            ("adgrad run configs/eam.yaml (numba, warm)", run + [os.path.join(tmp, "numba.h5")]),
+            ("adgrad run configs/eam.yaml --native DIR", native)], native
+
+
+def timed(argv):
+    """(wall, CPU) seconds of one process of `python argv` (its user + system time)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, *argv], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def largest_imports(argv, n=8):
+    """The n imports with the largest cumulative time (seconds, module) of one `python -X importtime argv`,
+    each not inside a module listed before it."""
+    res = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, check=True)
+    rows = [(int(m.group(2)) / 1e6, len(m.group(3)), m.group(4)) for m in re.finditer(
+        r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)$", res.stderr, re.M)]
+    top = [r for r in rows if r[1] <= 2]        # the imports of the script and of adgrad's entry point
+    return sorted(((t, name) for t, _, name in top), reverse=True)[:n]
+
+
+def startup(args):
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        commands, native = startup_commands(tmp)
+        times = {label: [] for label, _ in commands}
+        for _ in range(args.repeats):                   # interleaved: the machine's load hits every row alike
+            for label, argv in commands:
+                times[label].append(timed(argv))
+        imports = largest_imports(native)
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after: "
+          f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}; {os.cpu_count()} cores; {args.repeats} runs each")
+    print(f"{'process':<48}{'wall median':>12}{'wall min':>10}{'CPU median':>12}")
+    for label, rows in times.items():
+        walls, cpus = [w for w, _ in rows], [c for _, c in rows]
+        print(f"{label:<48}{statistics.median(walls):>12.3f}{min(walls):>10.3f}{statistics.median(cpus):>12.3f}")
+    print("largest imports of the --native run (python -X importtime, cumulative s): "
+          + ", ".join(f"{name} {t:.3f}" for t, name in imports))
+    numba = [name for _, name in imports if name.startswith("adgrad.engine.store.output")]
+    if numba:
+        print("(adgrad.engine.store.output imports numba through engine/numeric/exactsum.py, for summed results)")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--repeats", type=int, default=7, help="timed calls per kernel (median)")
     parser.add_argument("--quick", action="store_true", help="a tenth of each model's points")
+    parser.add_argument("--startup", action="store_true", help="only the start-up table")
     args = parser.parse_args(argv)
     print_command()
+    if args.startup:
+        return startup(args)
     print(f"cpu: {cpu_model()} ({os.cpu_count()} cores); numbers: median ns per point (spread); "
           f"ratio = library / numba kernel")
     rows = []

@@ -299,3 +299,28 @@ def test_a_library_of_another_model_or_kernel_is_bad_input(eam_run, pair):
     res = invoke("run", eam_run / "configs/eam.yaml", "-o", eam_run / "x.h5", "--native", eam_run / "configs")
     assert res.exit_code == 2 and "not an adgrad export" in res.output
     assert not (eam_run / "x.h5").exists()
+
+
+@pytest.mark.parametrize("first, second", [("native", "numba"), ("numba", "native")])
+def test_a_run_stopped_with_one_kernel_resumes_with_the_other(eam_run, first, second):
+    """The same kernel_sha256, params, modes and input checksums: a file started by the library is
+    finished by numba's kernel and the other way round, to the numba run's bits."""
+    import signal
+
+    from adgrad.engine.job.run import run as run_job
+    from adgrad.engine.job.signals import Interrupted
+    from adgrad.engine.spec import load_config_file
+    config = load_config_file(str(eam_run / "configs/eam.yaml"))
+    out = eam_run / f"{first}-{second}.h5"
+    kernels = {"native": lambda: load_library(eam_run / "lib"), "numba": lambda: None}
+
+    def progress(done, total):
+        if done >= 500:
+            os.kill(os.getpid(), signal.SIGTERM)
+    with pytest.raises(Interrupted, match="marked incomplete"):
+        run_job(config, output=str(out), chunk=250, threads=1, progress=progress, native=kernels[first]())
+    summary = run_job(config, output=str(out), resume=True, native=kernels[second]())
+    assert 0 < summary.computed < summary.points == 2000
+    _, x = attrs_and_data(eam_run / "numba.h5")
+    _, y = attrs_and_data(out)
+    assert all(same_bits(x[k], y[k]) for k in x)

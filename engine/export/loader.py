@@ -1,5 +1,6 @@
-"""An exported library called from Python through ctypes, without numba: its metadata, and
-`evaluate` over numpy arrays (the tests' and benchmarks/native.py's way in; docs/native.md)."""
+"""An exported library called from Python through ctypes, without numba: its metadata, and a raw
+`evaluate` over numpy arrays, with no argument checks (the C ABI's tests and benchmarks/native.py).
+The API's kernel on top of it, checked as a compiled kernel is, is native.py's load_library."""
 from __future__ import annotations
 
 import ctypes
