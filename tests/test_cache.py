@@ -88,10 +88,10 @@ def test_other_helper_code_is_another_cache_entry(tmp_path, monkeypatch):
 SEALED_AT_SAVE = """
 import glob, os, sys
 from adgrad.engine import compile_model, load_model
-from adgrad.engine.codegen import load
+from adgrad.engine.numeric import cache
 kernel = compile_model(load_model(sys.argv[1]), [("E", "x")])
-paths = glob.glob(os.path.join(os.environ["ADGRAD_CACHE_DIR"], "k_*.py")) + sorted(load._HELPER_ENTRIES)
-print(len(paths), *{load._numba_cache_state(p) for p in paths if load._numba_files(p)})
+paths = glob.glob(os.path.join(os.environ["ADGRAD_CACHE_DIR"], "k_*.py")) + sorted(cache.HELPER_ENTRIES)
+print(len(paths), *{cache.numba_cache_state(p) for p in paths if cache.numba_files(p)})
 """
 
 
@@ -110,7 +110,7 @@ def test_an_entry_is_sealed_as_soon_as_it_is_saved(tmp_path):
 def test_every_sealed_version_of_a_file_verifies(tmp_path):
     """Two processes compiling one entry at once each write its files whole and seal them: a third
     finds whichever version is on disk verified; a version nobody sealed is damage."""
-    from adgrad.engine.codegen import load
+    from adgrad.engine.numeric import cache
 
     entry = tmp_path / "k_0.py"
     entry.write_text("")
@@ -118,8 +118,8 @@ def test_every_sealed_version_of_a_file_verifies(tmp_path):
     code.parent.mkdir()
     for version in (b"first process", b"second process"):
         code.write_bytes(version)
-        load._seal_path(str(entry))
+        cache.seal_path(str(entry))
     code.write_bytes(b"first process")
-    assert load._numba_cache_state(str(entry)) == "ok"
+    assert cache.numba_cache_state(str(entry)) == "ok"
     code.write_bytes(b"nobody's")
-    assert load._numba_cache_state(str(entry)) == "damaged"
+    assert cache.numba_cache_state(str(entry)) == "damaged"

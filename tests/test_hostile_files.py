@@ -679,13 +679,13 @@ def test_a_helper_entry_moves_with_its_source_text_only():
     modules: the same text at another path is the same entry, other text another one."""
     import tempfile
 
-    from adgrad.engine.codegen import load
+    from adgrad.engine.numeric import cache
     with tempfile.TemporaryDirectory() as d:
         a, b, c = (Path(d) / n for n in ("a", "b", "c"))
         for p, text in ((a, "x = 1\n"), (b, "x = 1\n"), (c, "x = 2\n")):
             p.mkdir()
             (p / "mod.py").write_text(text)
-        ea, eb, ec = (load._helper_entry("adgrad.mod", str(p / "mod.py")) for p in (a, b, c))
+        ea, eb, ec = (cache.helper_entry("adgrad.mod", str(p / "mod.py")) for p in (a, b, c))
     assert ea == eb != ec
-    assert os.path.dirname(ea).startswith(os.path.join(load._cache_root(), "helpers", "adgrad.mod-"))
+    assert os.path.dirname(ea).startswith(os.path.join(cache.cache_root(), "helpers", "adgrad.mod-"))
     assert ea.endswith(os.sep + "mod.py")

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from . import cache  # noqa: F401  (before the cache=True functions below: they get adgrad's cache)
+
 LIMBS = 70              # 2240 bits: 2**-1074 .. 2**1024 and 2**100 units of headroom above
 NAN, POS_INF, NEG_INF = LIMBS, LIMBS + 1, LIMBS + 2
 STATE = LIMBS + 3

@@ -14,6 +14,8 @@ floats), the sign of the permutation.
 import numpy as np
 from numba import njit
 
+from . import cache  # noqa: F401  (before the cache=True functions below: they get adgrad's cache)
+
 
 def packed_size(n):
     return n * n + n + 1

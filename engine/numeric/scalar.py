@@ -12,6 +12,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .vecmath import _bits, select  # noqa: F401  (select: the generated kernels' __select)
+from . import cache  # noqa: F401  (before the cache=True functions below: they get adgrad's cache)
 
 
 def _defer_blas_probe():

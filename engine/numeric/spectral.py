@@ -21,6 +21,8 @@ import math
 import numpy as np
 from numba import njit
 
+from . import cache  # noqa: F401  (before the cache=True functions below: they get adgrad's cache)
+
 POW, LOG, EXP = 0, 1, 2          # the scalar functions: x**p, log(x), exp(x)
 KINDS = {"pow": POW, "log": LOG, "exp": EXP}
 SPREAD = 1e-2                    # below it (relative), f[a, b, c] is a Taylor series to 8 terms: error ~ SPREAD**8

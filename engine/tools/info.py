@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 
 import h5py
 
-# before store.output's exactsum: see merge.py
-from ..codegen import load as _compile_cache  # noqa: F401
 from ..errors import DataError
 from ..store.output import record_problem
 from .merge import EXACT, open_adgrad

@@ -16,9 +16,6 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
-# before exactsum: numba's cache of its helpers goes to adgrad's cache directory only if load.py's
-# locator is in place when they are decorated
-from ..codegen import load as _compile_cache  # noqa: F401
 from ..errors import DataError
 from ..numeric.exactsum import ExactSum
 from ..store import guard
