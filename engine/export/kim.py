@@ -122,14 +122,14 @@ def plan(model, name, species=None, cutoff=None) -> Plan:
             raise DataError(f"--species: {e!r} is not a KIM species name (a chemical symbol such as Cu, or user01)")
     if len(set(species)) != len(species) or not species:
         raise DataError(f"--species {','.join(species)}: give each species once")
-    for elements in potentials:
-        if len(species) > len(elements):
-            raise DataError(f"--species {','.join(species)}: {len(species)} species, but a potential file of "
-                            f"{path} has {len(elements)} element(s) ({', '.join(elements)})")
     has_species = "s" in model.graph.inputs
     if not has_species and len(species) > 1:
         raise DataError(f"model '{model.name}' reads no species (no inputs s, sn): it can be one species only, "
                         f"not {', '.join(species)}")
+    for elements in potentials:
+        if len(species) > len(elements):
+            raise DataError(f"--species {','.join(species)}: {len(species)} species, but a potential file of "
+                            f"{path} has {len(elements)} element(s) ({', '.join(elements)})")
     sizes = [k for k, v in model.spec.sizes.items() if v == n]
     size = sizes[0] if len(sizes) == 1 and os.path.isfile(path) and _is_model_file(model) else None
     slots = tuple(n * k for k in LADDER) if size is not None else (n,)
