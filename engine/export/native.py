@@ -152,7 +152,7 @@ class NativeKernel:
 
     def workspace(self, workers):
         """Scratch for calls on `workers` threads: the batch call's whole workspace, a row per thread."""
-        workers = max(1, workers)
+        workers = min(max(1, workers), MAX_THREADS)
         size = self.lib.fn["batch_workspace_size"](workers)
         return np.zeros((workers, max(1, -(-size // workers))))
 
@@ -181,6 +181,7 @@ class NativeKernel:
         out_st = (I64 * max(2, 2 * len(outs)))(*[s for _, lay in outs for s in lay])
         work, size = (None, 0) if workspace is None else (workspace.ctypes.data_as(D), workspace.size)
         flags = None if nonfinite is None else nonfinite.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
+        threads = min(threads, MAX_THREADS)
         with self._context(values) as ctx:      # the call releases the GIL (ctypes)
             self.lib.check(self.lib.fn["batch"](ctx, m, in_ptrs, in_st, out_ptrs, out_st, threads, work, size, flags))
 
