@@ -27,7 +27,6 @@ import os
 import platform
 import re
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -161,14 +160,19 @@ def timed(argv):
     return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
-def largest_imports(argv, n=8):
-    """The n imports with the largest cumulative time (seconds, module) of one `python -X importtime argv`,
-    each not inside a module listed before it."""
+IMPORTS = ("numpy", "h5py", "click", "yaml", "importlib.metadata", "adgrad.engine.spec", "adgrad.engine.export.native",
+           "adgrad.engine.store.output", "numba")
+
+
+def import_costs(argv):
+    """{module of IMPORTS: cumulative seconds of its import} in one `python -X importtime argv` (the
+    first time each is imported, whoever imports it; nested ones are inside their importer's)."""
     res = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, check=True)
-    rows = [(int(m.group(2)) / 1e6, len(m.group(3)), m.group(4)) for m in re.finditer(
-        r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)$", res.stderr, re.M)]
-    top = [r for r in rows if r[1] <= 2]        # the imports of the script and of adgrad's entry point
-    return sorted(((t, name) for t, _, name in top), reverse=True)[:n]
+    costs = {}
+    for m in re.finditer(r"^import time:\s+\d+ \|\s+(\d+) \| *(\S+)$", res.stderr, re.M):
+        if m.group(2) in IMPORTS:
+            costs.setdefault(m.group(2), int(m.group(1)) / 1e6)
+    return costs
 
 
 def startup(args):
@@ -179,18 +183,17 @@ def startup(args):
         for _ in range(args.repeats):                   # interleaved: the machine's load hits every row alike
             for label, argv in commands:
                 times[label].append(timed(argv))
-        imports = largest_imports(native)
+        imports = import_costs(native)
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after: "
           f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}; {os.cpu_count()} cores; {args.repeats} runs each")
     print(f"{'process':<48}{'wall median':>12}{'wall min':>10}{'CPU median':>12}")
     for label, rows in times.items():
         walls, cpus = [w for w, _ in rows], [c for _, c in rows]
         print(f"{label:<48}{statistics.median(walls):>12.3f}{min(walls):>10.3f}{statistics.median(cpus):>12.3f}")
-    print("largest imports of the --native run (python -X importtime, cumulative s): "
-          + ", ".join(f"{name} {t:.3f}" for t, name in imports))
-    numba = [name for _, name in imports if name.startswith("adgrad.engine.store.output")]
-    if numba:
-        print("(adgrad.engine.store.output imports numba through engine/numeric/exactsum.py, for summed results)")
+    print("imports of the --native run (python -X importtime, cumulative s, each where first imported): "
+          + ", ".join(f"{name} {t:.3f}" for name, t in imports.items()))
+    if "numba" in imports:
+        print("(numba: imported by adgrad.engine.store.output through engine/numeric/exactsum.py, for summed results)")
 
 
 def main(argv=None):
