@@ -283,3 +283,72 @@ def test_export_refuses_what_is_not_a_kim_site_energy(tmp_path):
     assert code == 2 and "a KIM model's name is a C identifier" in text
     for d in "bcdef":
         assert not (tmp_path / d).exists()
+
+
+# A minimal KIM simulator: four atoms of a tetrahedron, all neighbours of each other, the first with the position
+# and every atom with the species code given on the command line; prints the compute's status and the energy.
+SIMULATOR = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "KIM_SimulatorHeaders.h"
+#define N 4
+static int nb[N][N - 1];
+static int neighbours(void *data, int lists, const double *cutoffs, int list, int i, int *n, const int **of) {
+    (void)data; (void)lists; (void)cutoffs; (void)list;
+    *n = N - 1;
+    *of = nb[i];
+    return 0;
+}
+int main(int argc, char **argv) {
+    double x[3 * N] = {atof(argv[2]), 0, 0, 2.5, 0, 0, 1.25, 2.2, 0, 1.25, 0.7, 2.0}, energy = 0, forces[3 * N];
+    int n = N, codes[N], contributing[N], accepted, status;
+    KIM_Model *model;
+    KIM_ComputeArguments *args;
+    for (int i = 0; i < N; i++) {
+        codes[i] = atoi(argv[3]);
+        contributing[i] = 1;
+        for (int k = 0, j = 0; j < N; j++)
+            if (j != i)
+                nb[i][k++] = j;
+    }
+    if (argc != 4 || KIM_Model_Create(KIM_NUMBERING_zeroBased, KIM_LENGTH_UNIT_A, KIM_ENERGY_UNIT_eV,
+            KIM_CHARGE_UNIT_e, KIM_TEMPERATURE_UNIT_K, KIM_TIME_UNIT_ps, argv[1], &accepted, &model)
+        || !accepted || KIM_Model_ComputeArgumentsCreate(model, &args))
+        return 2;
+    if (KIM_ComputeArguments_SetArgumentPointerInteger(args, KIM_COMPUTE_ARGUMENT_NAME_numberOfParticles, &n)
+        || KIM_ComputeArguments_SetArgumentPointerInteger(args, KIM_COMPUTE_ARGUMENT_NAME_particleSpeciesCodes, codes)
+        || KIM_ComputeArguments_SetArgumentPointerInteger(args, KIM_COMPUTE_ARGUMENT_NAME_particleContributing,
+                                                          contributing)
+        || KIM_ComputeArguments_SetArgumentPointerDouble(args, KIM_COMPUTE_ARGUMENT_NAME_coordinates, x)
+        || KIM_ComputeArguments_SetArgumentPointerDouble(args, KIM_COMPUTE_ARGUMENT_NAME_partialEnergy, &energy)
+        || KIM_ComputeArguments_SetArgumentPointerDouble(args, KIM_COMPUTE_ARGUMENT_NAME_partialForces, forces)
+        || KIM_ComputeArguments_SetCallbackPointer(args, KIM_COMPUTE_CALLBACK_NAME_GetNeighborList, KIM_LANGUAGE_NAME_c,
+                                                   (KIM_Function *)neighbours, NULL))
+        return 2;
+    status = KIM_Model_Compute(model, args);
+    printf("%d %.17g\n", status, energy);
+    KIM_Model_ComputeArgumentsDestroy(model, &args);
+    KIM_Model_Destroy(&model);
+    return 0;
+}
+"""
+
+
+def test_a_nan_position_or_a_species_code_out_of_range_is_a_kim_error(tmp_path, exported):
+    """LAMMPS stops at a NaN position itself; another simulator gets a KIM error naming the particle, never
+    a finite energy."""
+    (tmp_path / "sim.c").write_text(SIMULATOR)
+    subprocess.run(["cc", "-o", "sim", "sim.c", "-I/usr/include/kim-api", "-lkim-api"], cwd=tmp_path, check=True)
+    env = {**os.environ, "KIM_API_PORTABLE_MODELS_DIR": str(exported["eam"])}
+
+    def sim(x0, code):
+        done = subprocess.run(["./sim", "adgrad_eam", x0, code], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, check=True)
+        status, energy = done.stdout.split()
+        return int(status), float(energy), (tmp_path / "kim.log").read_text()
+    status, energy, _ = sim("0.0", "0")
+    assert status == 0 and np.isfinite(energy) and energy < 0
+    status, _, log = sim("nan", "0")
+    assert status != 0 and "adgrad: particle 0 has a non-finite position (nan 0 0)" in log
+    status, _, log = sim("0.0", "3")
+    assert status != 0 and "adgrad: particle 0 has species code 3; this model knows 1 species (Cu: codes 0 to 0)" in log
