@@ -98,6 +98,18 @@ def print_first_calls(timed, compile_s):
         print(f"  {name}: first call (incl. {what} compile) {warm:.3f} s{extra}")
 
 
+def cpu_model():
+    """The CPU's model name (every figure is given with it: machines differ between sessions)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment():
     return (f"numba {numba.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
             f"threads {numba.get_num_threads()}, "

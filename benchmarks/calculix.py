@@ -16,7 +16,6 @@ Needs a ccx built with external behaviours (.ci/calculix.sh caches one; or --ccx
 """
 import argparse
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import print_command, time_calls  # noqa: E402
+from _harness import cpu_model, print_command, time_calls  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 STEEL = (210000.0, 0.3, 250.0, 20000.0)                       # E, nu, sy, K
@@ -77,12 +76,6 @@ def find_ccx(path):
         sys.exit(f"no ccx with external behaviours at {path}: run .ci/calculix.sh or pass --ccx")
     return path
 
-
-def cpu_model():
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 class Job:

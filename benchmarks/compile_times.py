@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _harness import print_command
+from _harness import cpu_model, print_command
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = 3.0          # CPU seconds of a cold compile, every case of issue 27 item 1
@@ -126,16 +126,6 @@ def run_case(case):
             out.append((json.loads(res.stdout.splitlines()[-1])["compile"], process))
     return out
 
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main(argv=None):
