@@ -18,8 +18,10 @@ the floors (the interpreter; numpy; the libraries of `adgrad run`: click, h5py, 
 process that evaluates configs/eam_model.yaml's E and dE/dx at 2000 points once through the numba
 kernel (compile cache warm) and through the exported library (load_library), and `adgrad run
 configs/eam.yaml` warm with numba and with --native (its record made by a first run); then the
-largest imports of the --native run (python -X importtime). Targets: the library's process under
-0.2 s, the --native run under 0.5 s.
+imports of the --native run (python -X importtime). Targets: the library's process under 0.2 s,
+the --native run under 0.5 s. Every process finds adgrad's modules compiled to bytecode, as an
+installed package has them (in a cache of the benchmark's own, PYTHONPYCACHEPREFIX, whatever
+PYTHONDONTWRITEBYTECODE says: without it each process compiles adgrad's source again, 0.15-0.2 s).
 """
 import argparse
 import ctypes
@@ -127,7 +129,7 @@ NUMBA_LOAD = ("from adgrad.engine import compile_model, load_model\n"
 NATIVE_LOAD = "from adgrad.engine import load_library\nkernel = load_library({lib!r})"
 
 
-def startup_commands(tmp):
+def startup_commands(tmp, env):
     """(label, argv) of the processes timed, after the export and the first runs they need."""
     from adgrad.engine import compile_model, load_model
     from adgrad.engine.export import export
@@ -136,10 +138,10 @@ def startup_commands(tmp):
     run = ["-m", "adgrad.cli.entry", "run", str(ROOT / "configs/eam.yaml"), "-q", "--overwrite", "-o"]
     export_cmd = [sys.executable, "-m", "adgrad.cli.entry", "export", str(ROOT / "configs/eam.yaml"), "-o",
                   os.path.join(tmp, "run")]
-    subprocess.run(export_cmd, check=True, capture_output=True)
+    subprocess.run(export_cmd, check=True, capture_output=True, env=env)
     native = run + [os.path.join(tmp, "native.h5"), "--native", os.path.join(tmp, "run")]
     for argv in (run + [os.path.join(tmp, "numba.h5")], native):       # compile cache, --native's record
-        subprocess.run([sys.executable, *argv], check=True, capture_output=True)
+        subprocess.run([sys.executable, *argv], check=True, capture_output=True, env=env)
     return [("python -c pass (the interpreter)", ["-c", "pass"]),
             ("import numpy (the library's floor)", ["-c", "import numpy"]),
             ("import click, h5py, numpy, yaml (run's floor)", ["-c", "import click, h5py, numpy, yaml"]),
@@ -150,11 +152,11 @@ def startup_commands(tmp):
             ("adgrad run configs/eam.yaml --native DIR", native)], native
 
 
-def timed(argv):
+def timed(argv, env):
     """(wall, CPU) seconds of one process of `python argv` (its user + system time)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, *argv], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([sys.executable, *argv], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -164,10 +166,11 @@ IMPORTS = ("numpy", "h5py", "click", "yaml", "importlib.metadata", "adgrad.engin
            "adgrad.engine.store.output", "numba")
 
 
-def import_costs(argv):
+def import_costs(argv, env):
     """{module of IMPORTS: cumulative seconds of its import} in one `python -X importtime argv` (the
     first time each is imported, whoever imports it; nested ones are inside their importer's)."""
-    res = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, check=True)
+    res = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, check=True,
+                         env=env)
     costs = {}
     for m in re.finditer(r"^import time:\s+\d+ \|\s+(\d+) \| *(\S+)$", res.stderr, re.M):
         if m.group(2) in IMPORTS:
@@ -178,12 +181,14 @@ def import_costs(argv):
 def startup(args):
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        commands, native = startup_commands(tmp)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(tmp, "pycache")
+        commands, native = startup_commands(tmp, env)
         times = {label: [] for label, _ in commands}
         for _ in range(args.repeats):                   # interleaved: the machine's load hits every row alike
             for label, argv in commands:
-                times[label].append(timed(argv))
-        imports = import_costs(native)
+                times[label].append(timed(argv, env))
+        imports = import_costs(native, env)
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after: "
           f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}; {os.cpu_count()} cores; {args.repeats} runs each")
     print(f"{'process':<48}{'wall median':>12}{'wall min':>10}{'CPU median':>12}")
