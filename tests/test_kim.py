@@ -129,9 +129,10 @@ def lammps(tmp, x, L, types, masses, pair, ranks=1, units="metal", steps=0, mode
         {pair[1]}
         neighbor 1.0 bin
         compute pe all pe/atom
+        compute st all stress/atom NULL virial
         thermo_style custom step pe press pxx pyy pzz pxy pxz pyz
         thermo_modify format float %.17g
-        dump d all custom {steps or 1} final.dump id c_pe fx fy fz x y z
+        dump d all custom {steps or 1} final.dump id c_pe fx fy fz x y z c_st[1] c_st[2] c_st[3] c_st[4] c_st[5] c_st[6]
         dump_modify d sort id format float %.17g
         """) + md + "\n")
     argv = [LMP, "-in", "in.lmp", "-log", "log.lammps", "-screen", "none", "-nocite"]
@@ -150,7 +151,8 @@ def lammps(tmp, x, L, types, masses, pair, ranks=1, units="metal", steps=0, mode
     thermo = dict(zip(names, map(float, rows[-1])))
     last = (d / "final.dump").read_text().split("ITEM: TIMESTEP")[-1].splitlines()[9:]
     atoms = np.loadtxt(last)
-    return thermo, dict(zip(["id", "pe", "fx", "fy", "fz", "x", "y", "z"], atoms.T)), done, d
+    columns = ["id", "pe", "fx", "fy", "fz", "x", "y", "z", "sxx", "syy", "szz", "sxy", "sxz", "syz"]
+    return thermo, dict(zip(columns, atoms.T)), done, d
 
 
 def run_case(tmp, exported, case, x, L, types, **kw):
@@ -198,8 +200,12 @@ def test_step_zero_equals_lammps_pair_style(tmp_path, exported, case):
     for p in ("pxx", "pyy", "pzz", "pxy", "pxz", "pyz"):
         assert abs(kt[p] - rt[p]) <= 1e-10 * abs(rt["press"]), (p, kt[p], rt[p])
     assert close(np.c_[ka["fx"], ka["fy"], ka["fz"]], np.c_[ra["fx"], ra["fy"], ra["fz"]], 1e-10)
+    stress = ("sxx", "syy", "szz", "sxy", "sxz", "syz")
+    for c in stress:        # per-atom virials: KIM's partialParticleVirial; their sums, the pressure's
+        assert abs(ka[c].sum() - ra[c].sum()) <= 1e-10 * np.abs(ra[c]).sum(), c
     if case in ("eam", "alloy"):
         assert close(ka["pe"], ra["pe"], 1e-10)
+        assert close(np.c_[[ka[c] for c in stress]], np.c_[[ra[c] for c in stress]], 1e-10)
     else:
         assert close(ka["pe"], site_energies(tmp_path, case, x, L, types), 1e-10)
     assert ka["pe"].sum() == pytest.approx(kt["pe"], rel=1e-12)
