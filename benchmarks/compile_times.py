@@ -39,7 +39,7 @@ PLASTIC = ["j2_voce", "linear_elastic_plastic_isotropic_hardening"]
 POTENTIALS = {"cu_eam": "configs/cu_eam_model.yaml", "si_sw": "configs/si_sw_model.yaml",
               "si_tersoff": "configs/si_tersoff_model.yaml"}
 SLOTS = (8, 16, 32, 64, 112)
-FELUPE = {"neo_hooke": {}, "ogden": {}, "j2_voce": {"F": "eps", "stress": "sigma"}}     # name -> Material's arguments
+FELUPE = {"neo_hooke": {}, "ogden": {}, "j2_voce": {"strain": "small"}}     # name -> Material's arguments
 LINALG = {
     "det16": "adgrad: 1\nname: det16\ninputs:\n  A: {shape: [16, 16]}\noutputs:\n  D: det(A)\n",
     "inv16": "adgrad: 1\nname: inv16\ninputs:\n  A: {shape: [16, 16]}\noutputs:\n  S: sum(inv(A))\n",
