@@ -213,7 +213,7 @@ def driver_source(kim: Plan, lays):
         const double *in[{len(lay.inputs)}];
         double *out[{len(lay.outputs)}];
         {' '.join(sets)}
-        return {p}_batch((const {p}_ctx *)kb->ctx, m, in, NULL, out, NULL, 1, kb->work, kb->nwork, kb->flags);
+        return {p}_batch((const {p}_ctx *)kb->ctx, m, in, NULL, out, NULL, 1, kb->work, kb->nwork, NULL);
     }}""")
     includes = "".join(f'#include "{lay.name}.h"\n' for lay in lays)
     news = "\n".join(f"    b->kernel[{i}].ctx = {lay.name}_new();\n"
@@ -256,7 +256,6 @@ typedef struct kernel_block {       /* the padded rows of BLOCK atoms of one ker
     int n, m;                       /* slots, atoms in the block */
     double *R, *valid, *s, *sn, *E, *g, *work;
     int64_t nwork;
-    unsigned char *flags;
     int *atom, *nb;                 /* the block's atoms, and their neighbours' particle numbers per slot */
 } kernel_block;
 
@@ -301,7 +300,12 @@ static int flush(state *st, kernel_block *kb, int which) {
     for (int a = 0; a < kb->m; a++) {
         int i = kb->atom[a];
         double e = kb->E[a];
-        if (kb->flags[a] || !isfinite(e)) {
+        /* checked here, where the values are in cache (the batch call's own check is a pass of its own) */
+        int finite = isfinite(e);
+        for (int q = 0; q < n && kb->nb[a * n + q] >= 0; q++)
+            for (int c = 0; c < 3; c++)
+                finite &= isfinite(kb->g[3 * ((int64_t)a * n + q) + c]) != 0;
+        if (!finite) {
             snprintf(message, sizeof message, "adgrad: particle %%d (at %%g %%g %%g) has a non-finite site energy "
                      "or gradient", i, st->x[3 * i], st->x[3 * i + 1], st->x[3 * i + 2]);
             LOG_ERROR(message);
@@ -435,13 +439,12 @@ static int compute(const KIM_ModelCompute *mc, const KIM_ModelComputeArguments *
                 LOG_ERROR(message);
                 return 1;
             }
-            if (r2 < cut2) {
-                ab->near[count] = j;
-                ab->dx[3 * count] = d0;
-                ab->dx[3 * count + 1] = d1;
-                ab->dx[3 * count + 2] = d2;
-                count++;
-            }
+            /* stored always, kept if inside: no branch to mispredict on about half the list */
+            ab->near[count] = j;
+            ab->dx[3 * count] = d0;
+            ab->dx[3 * count + 1] = d1;
+            ab->dx[3 * count + 2] = d2;
+            count += r2 < cut2;
         }
         int which = 0;
         while (which < NK && SLOTS[which] < count)
@@ -513,11 +516,9 @@ static int arguments_create(const KIM_ModelCompute *mc, KIM_ModelComputeArgument
         kb->s = malloc(sizeof(double) * BLOCK);
         kb->E = malloc(sizeof(double) * BLOCK);
         kb->work = malloc(sizeof(double) * (kb->nwork > 0 ? kb->nwork : 1));
-        kb->flags = malloc(BLOCK);
         kb->atom = malloc(sizeof(int) * BLOCK);
         kb->nb = malloc(sizeof(int) * BLOCK * s);
-        error = error || !kb->R || !kb->g || !kb->valid || !kb->sn || !kb->s || !kb->E || !kb->work || !kb->flags
-            || !kb->atom || !kb->nb || kb->nwork < 0;
+        error = error || !kb->R || !kb->g || !kb->valid || !kb->sn || !kb->s || !kb->E || !kb->work || !kb->atom || !kb->nb || kb->nwork < 0;
     }
     KIM_ModelComputeArgumentsCreate_SetModelBufferPointer(ac, ab);
     if (error) {
@@ -536,7 +537,7 @@ static int arguments_destroy(const KIM_ModelCompute *mc, KIM_ModelComputeArgumen
     for (int w = 0; w < NK; w++) {
         kernel_block *kb = &ab->k[w];
         free(kb->R); free(kb->g); free(kb->valid); free(kb->sn); free(kb->s); free(kb->E); free(kb->work);
-        free(kb->flags); free(kb->atom); free(kb->nb);
+        free(kb->atom); free(kb->nb);
     }
     free(ab->near);
     free(ab->dx);
