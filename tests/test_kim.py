@@ -358,3 +358,14 @@ def test_a_nan_position_or_a_species_code_out_of_range_is_a_kim_error(tmp_path, 
     assert status != 0 and "adgrad: particle 0 has a non-finite position (nan 0 0)" in log
     status, _, log = sim("0.0", "3")
     assert status != 0 and "adgrad: particle 0 has species code 3; this model knows 1 species (Cu: codes 0 to 0)" in log
+
+
+def test_a_model_with_a_literal_neighbour_count_has_one_kernel(tmp_path):
+    """The ladder N, 2N, 4N needs N as a named size of the model's file; with R [48, 3] the KIM model has
+    48 slots only (its error beyond them says to change R's N)."""
+    from adgrad.engine import api
+    from adgrad.engine.export import kim
+    path = model_file(tmp_path, "eam")
+    path.write_text(path.read_text().replace("[N, 3]", "[48, 3]").replace("[N]", "[48]"))
+    assert kim.plan(api.load_model(str(path)), "x", species=("Cu",)).slots == (48,)
+    assert kim.plan(api.load_model(str(model_file(tmp_path, "eam", 40))), "x", species=("Cu",)).slots == (40, 80, 160)

@@ -130,20 +130,24 @@ def plan(model, name, species=None, cutoff=None) -> Plan:
         if len(species) > len(elements):
             raise DataError(f"--species {','.join(species)}: {len(species)} species, but a potential file of "
                             f"{path} has {len(elements)} element(s) ({', '.join(elements)})")
-    sizes = [k for k, v in model.spec.sizes.items() if v == n]
-    size = sizes[0] if len(sizes) == 1 and os.path.isfile(path) and _is_model_file(model) else None
+    size = _slot_size(model, n)
     slots = tuple(n * k for k in LADDER) if size is not None else (n,)
     return Plan(name, species, float(cutoff), energy, slots, size, has_species)
 
 
-def _is_model_file(model):
-    """Whether the model's spec came from its own file (not inline in a config): it can be loaded again at
-    other sizes."""
+def _slot_size(model, n):
+    """The model's named size that is R's N, if the model's own file can be loaded again with it doubled
+    (a model inline in a config, or with a literal N, cannot: its KIM model then has N slots only)."""
+    from ..model import build
     from ..spec import load_model_file
+    sizes = [k for k, v in model.spec.sizes.items() if v == n]
+    if len(sizes) != 1 or not os.path.isfile(model.spec.path):
+        return None
     try:
-        return load_model_file(model.spec.path).text == model.spec.text
-    except Exception:       # a config file, or a file changed since: no ladder
-        return False
+        again = load_model_file(model.spec.path, sizes={**model.spec.sizes, sizes[0]: 2 * n})
+    except SpecError:           # a config file (the model inline), or a file changed since
+        return None
+    return sizes[0] if tuple(build(again).graph.inputs["R"].shape) == (2 * n, 3) else None
 
 
 def kernels(model, config, kim: Plan, mode, math):
@@ -158,6 +162,8 @@ def kernels(model, config, kim: Plan, mode, math):
             m = build(load_model_file(model.spec.path, sizes={**model.spec.sizes, kim.size: n}))
             if config is not None:
                 m = m.with_params(config.params)
+        if tuple(m.graph.inputs["R"].shape) != (n, 3):     # the driver sizes its rows by kim.slots
+            raise AssertionError(f"the kernel of {n} slots has R {m.graph.inputs['R'].shape}")
         out.append((n, compile_model(m, [(kim.energy, "R")], mode=mode, values=[kim.energy], math=math)))
     return out
 
