@@ -201,7 +201,10 @@ def test_a_body_the_translator_refuses_after_all_is_compiled_by_numba(monkeypatc
         raise Unsupported("a construct made up by the test")
     monkeypatch.setenv("ADGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(direct._Translator, "define", refuse)
-    model = load_model(ROOT / "configs/models/neo_hooke.yaml")
+    # a name of its own: a kernel of the same source compiled earlier in this process would be reused as it is
+    path = tmp_path / "refused.yaml"
+    path.write_text((ROOT / "configs/models/neo_hooke.yaml").read_text().replace("name: neo_hooke", "name: refused"))
+    model = load_model(path)
     kernel = compile_model(model, [("W", "F")])
     err = capsys.readouterr().err
     assert "cannot translate its body (a construct made up by the test)" in err and err.count("\n") == 1
