@@ -50,8 +50,8 @@ class Size(click.ParamType):
               help="With --resume: skip reading the finished chunks' input rows again to check their checksums.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("--native", metavar="DIR", type=click.Path(file_okay=False), default=None,
-              help="Compute with the library `adgrad export CONFIG -o DIR` made (no numba: a fast start; the same "
-                   "bits). The first run with it checks that it is this config's kernel.")
+              help="Compute with the library `adgrad export CONFIG -o DIR` made (no compile, no numba kernel: a fast "
+                   "start; the same results). The first run with it checks that it is this config's kernel.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on when stderr is a terminal).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (no compile messages, no summary).")
 @click.option("-v", "--verbose", is_flag=True, help="Also print timings per phase.")
@@ -68,7 +68,7 @@ def run(config, threads, chunk, memory, output, shard, resume, trust_input, over
     the command that resumes); --resume then finishes the file, once the input rows of its finished
     chunks match the checksums it recorded (--trust-input skips that read). Outputs are
     bit-identical for every --threads and --chunk. --native DIR computes with the config's exported
-    library instead of numba, to the same bits, and starts in a fraction of the time (the first run
+    library instead of numba, to the same results, and starts in a fraction of the time (the first run
     with a library compiles the config's kernel once to check it; docs/native.md). See
     docs/production.md and docs/cluster.md.
 

@@ -1,8 +1,8 @@
 """A native library in Python (issue 26 item 5): `load_library(DIR)` and `adgrad run --native DIR`
 compute kernel.evaluate's and a numba run's bits (random points with NaN and infinities, params,
 threads, strided and float32 `out`, summed results), refuse what evaluate refuses with the same
-errors, and start without numba or the compiler (read from sys.modules in fresh processes; the
-start-up times are benchmarks/native.py's, not a test's)."""
+errors; a process that loads a library imports no numba, and a run with one no compiler (read from
+sys.modules in fresh processes; the start-up times are benchmarks/native.py's, not a test's)."""
 from __future__ import annotations
 
 import json
@@ -267,7 +267,7 @@ def test_run_native_writes_the_numba_runs_file(eam_run):
     assert list(x) == list(y) and all(same_bits(x[k], y[k]) for k in x)
 
 
-def test_a_second_native_run_imports_neither_the_compiler_nor_numbas_code(eam_run):
+def test_a_second_native_run_imports_no_compiler_and_no_kernel_helpers(eam_run):
     """The first run with a library checks it (the compiler), the second reads the record. (numba itself
     is imported still, by store/output.py's import of ExactSum, which this run does not call.)"""
     args = ["run", "configs/eam.yaml", "-o", "again.h5", "--overwrite", "--native", "lib", "-q"]

@@ -73,10 +73,19 @@ def prepare(config: Config, log=None):
     return model, kernel, seconds
 
 
+def __getattr__(name):
+    """compile_model, imported at its first use (PEP 562): a run of a native library never imports the
+    compiler. (A module attribute, so that a test can replace it.)"""
+    if name == "compile_model":
+        from ..compile import compile_model
+        globals()["compile_model"] = compile_model
+        return compile_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _kernel(config, model, log=None):
-    from ..compile import compile_model
     t0 = time.perf_counter()
-    kernel = compile_model(model, config.compute.derivatives, mode=config.mode, values=list(config.compute.values),
+    kernel = sys.modules[__name__].compile_model(model, config.compute.derivatives, mode=config.mode, values=list(config.compute.values),
                            math=config.engine.math, log=log)
     return kernel, time.perf_counter() - t0
 
