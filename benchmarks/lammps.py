@@ -52,9 +52,9 @@ outputs:
 
 # case: (model, pair style, potential file, species, mass, lattice, a, cells, slots N, target ratio)
 CASES = {
-    "eam": (None, "eam", "Cu_u3.eam", "Cu", 63.55, "fcc", 3.615, 10, 48, 1.3),     # 42 neighbours
-    "sw": ("si_sw_model.yaml", "sw", "Si.sw", "Si", 28.0855, "diamond", 5.431, 8, 8, 1.5),     # 4
-    "tersoff": ("si_tersoff_model.yaml", "tersoff", "Si.tersoff", "Si", 28.0855, "diamond", 5.431, 8, 8, 1.5),
+    "eam": (None, "eam", "Cu_u3.eam", "Cu", 63.55, "fcc", 3.615, 10, 44, 1.3),     # 42 neighbours within the cutoff
+    "sw": ("si_sw_model.yaml", "sw", "Si.sw", "Si", 28.0855, "diamond", 5.431, 8, 4, 1.5),     # 4 (2N, 4N: more)
+    "tersoff": ("si_tersoff_model.yaml", "tersoff", "Si.tersoff", "Si", 28.0855, "diamond", 5.431, 8, 4, 1.5),
 }
 
 

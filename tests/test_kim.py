@@ -12,6 +12,7 @@ forces and the pressure with LAMMPS's. Skipped, saying why, only where lmp, mpir
 development files are missing (.ci/kim.sh installs them)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -369,3 +370,16 @@ def test_a_model_with_a_literal_neighbour_count_has_one_kernel(tmp_path):
     path.write_text(path.read_text().replace("[N, 3]", "[48, 3]").replace("[N]", "[48]"))
     assert kim.plan(api.load_model(str(path)), "x", species=("Cu",)).slots == (48,)
     assert kim.plan(api.load_model(str(model_file(tmp_path, "eam", 40))), "x", species=("Cu",)).slots == (40, 80, 160)
+
+
+def test_the_kim_library_needs_no_python_and_exports_only_kims_record(exported):
+    lib = exported["eam"] / "adgrad_eam" / "libkim-api-portable-model.so"
+    needed = re.findall(r"\(NEEDED\).*\[(.+)\]", subprocess.run(["readelf", "-d", str(lib)], capture_output=True,
+                                                                 text=True, check=True).stdout)
+    assert set(needed) == {"libkim-api.so.2", "libm.so.6", "libc.so.6"}, needed
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True)
+    assert sorted(line.split()[-1] for line in symbols.stdout.splitlines()) == [
+        "kim_shared_library_schema", "kim_shared_library_schema_version"]
+    kim = json.loads((exported["eam"] / "adgrad-export.json").read_text())["kim"]
+    assert kim["library"] == "adgrad_eam/libkim-api-portable-model.so" and kim["species"] == ["Cu"]
+    assert kim["slots"] == [48, 96, 192] and kim["cutoff"] == pytest.approx(4.95)
