@@ -46,7 +46,7 @@ MATH = ("vector", "libm")
 
 
 def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, math="vector",
-                  log=None) -> CompiledKernel:
+                  log=None, points_last=False) -> CompiledKernel:
     """Compile values and derivatives into one point kernel and a parallel batch driver.
 
     derivatives: (of, wrt) pairs; wrt is a name or a list of two names (second derivative), or
@@ -56,6 +56,11 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, 
     log: called with one line before a kernel that is not in the compile cache is compiled, and with
     its time after (the CLI prints them on stderr). The kernel's `cold` says whether this call compiled
     it, `compile_seconds` how long compile_model took.
+    points_last: the caller's arrays will have the point axis last (e.g. felupe's (3, 3, q, c)), read
+    and written by the strided driver: straight-line code then runs as a lanes kernel whatever its
+    number of values a point (engine/codegen/vector.py lanes_fit), faster there and slower on
+    point-first rows (with vecmath's functions where libm's were: last bits may differ). Any layout
+    works either way.
     """
     start = time.perf_counter()
     if math not in MATH:
@@ -69,7 +74,7 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, 
     scalar = scalarize(graph, symmetric)
     if scalar is not None and not pays_off(graph, scalar):
         scalar = None
-    em, body = _emit(scalar or graph, graph, math, lanes=scalar is not None and lanes_fit(scalar, math))
+    em, body = _emit(scalar or graph, graph, math, lanes=scalar is not None and lanes_fit(scalar, math, points_last))
     per_point = [True] * len(graph.inputs) + [False] * len(graph.params) + [True] * len(graph.outputs)
 
     def kernel_of(translate):
@@ -83,9 +88,8 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, 
     cold = is_cold(kernel.module)
     if cold and log:
         log(f"compiling {model.name} (first use of this model and these derivatives)")
-    empty = {n: np.empty((0,) + v.shape) for n, v in graph.inputs.items()}
     try:
-        kernel.evaluate(empty)          # jit (or load) now
+        _first_call(kernel, points_last)        # jit (or load) now
     except Exception as exc:            # noqa: BLE001  (a body codegen/direct.py could not translate after all)
         reason = untranslated(exc)
         if reason is None:
@@ -93,12 +97,26 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, 
         warn(f"model '{model.name}': {reason}; its kernel is compiled by numba's front end instead (slower to "
              f"compile, the same results)")
         kernel = kernel_of(False)
-        kernel.evaluate(empty)
+        _first_call(kernel, points_last)
     kernel.module._adgrad_cold = False      # compiled: warm for the rest of the process
     kernel.cold, kernel.compile_seconds = cold, time.perf_counter() - start
     if cold and log:
         log(f"compiled {model.name} in {kernel.compile_seconds:.1f} s")
     return kernel
+
+
+def _first_call(kernel, points_last):
+    """Compile (or load) the driver the caller will use: batch on point-first rows, or with
+    `points_last` the strided driver, on two points with the point axis last (felupe calls no other,
+    so batch, which inlines the body once more, is compiled only if ever called)."""
+    if not points_last:
+        kernel.evaluate({n: np.empty((0,) + v.shape) for n, v in kernel.graph.inputs.items()})
+        return
+
+    def last(shape):
+        return np.moveaxis(np.zeros((*shape, 2)), -1, 0)
+    kernel.evaluate({n: last(v.shape) for n, v in kernel.graph.inputs.items()},
+                    out={n: last(s) for n, s in kernel.output_shapes.items() if n not in kernel.reduced})
 
 
 def _emit(code, graph, math, lanes):

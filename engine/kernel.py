@@ -124,17 +124,19 @@ class CompiledKernel:
             outs = [outputs[n].reshape(m, max(1, v.size)) for n, v in self.graph.outputs.items()]
             args = (*rows, *self.param_rows(params), *outs)
             return self._call(self.module.batch, m, [(*args, work, flags) for work in workspace])
-        args, bufs, views = [m], [], []
+        args, bufs, views = [m], [], []         # a lanes kernel's driver moves entries without row buffers
         for n, v in self.graph.inputs.items():
             size = max(1, v.size)
             args += strided(inputs[n], m, size) or strided(input_rows(inputs[n], size), m, size)
-            bufs.append(np.empty((len(workspace), STRIDED_BLOCK, size)))
-            views.append(bufs[-1].view())
-            views[-1].flags.writeable = False
+            if not self.lanes:
+                bufs.append(np.empty((len(workspace), STRIDED_BLOCK, size)))
+                views.append(bufs[-1].view())
+                views[-1].flags.writeable = False
         args += self.param_rows(params)
         for n, v in self.graph.outputs.items():
             args += strided(outputs[n], m, max(1, v.size), output=True)
-            bufs.append(np.empty((len(workspace), STRIDED_BLOCK, max(1, v.size))))
+            if not self.lanes:
+                bufs.append(np.empty((len(workspace), STRIDED_BLOCK, max(1, v.size))))
         self._call(self.module.strided, m, [(*args, work, *(b[w] for b in bufs), *(v[w] for v in views), flags)
                                             for w, work in enumerate(workspace)])
 

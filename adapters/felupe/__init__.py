@@ -129,13 +129,15 @@ class Material(felupe.ConstitutiveMaterial):
         self.sizes = [max(1, inputs[n].size) for n in self.state]
         new = [f"{n}_new" for n in self.state]
         gradient, hessian = self._logged("the stress P for gradient()"), self._logged("the tangent A for hessian()")
+        # felupe's arrays have the points last: the kernels are compiled for the strided driver
+        common = dict(mode=mode, math=math, points_last=True)
         if energy:
-            grad = compile_model(model, [(energy, self.F)], mode=mode, values=new, math=math, log=gradient)
-            hess = compile_model(model, [(energy, [self.F, self.F])], mode=mode, values=[], math=math, log=hessian)
+            grad = compile_model(model, [(energy, self.F)], values=new, log=gradient, **common)
+            hess = compile_model(model, [(energy, [self.F, self.F])], values=[], log=hessian, **common)
             self.P = grad.derivatives[0].name
         else:
-            grad = compile_model(model, [], mode=mode, values=[stress, *new], math=math, log=gradient)
-            hess = compile_model(model, [(stress, self.F)], mode=mode, values=[], math=math, log=hessian)
+            grad = compile_model(model, [], values=[stress, *new], log=gradient, **common)
+            hess = compile_model(model, [(stress, self.F)], values=[], log=hessian, **common)
             self.P = stress
         self.A = hess.derivatives[0].name
         self.kernels = {"gradient": grad, "hessian": hess}

@@ -80,7 +80,6 @@ def {name}(next_row, block, {rows}, work, bad):
 # memory from its first entry, the entries per point, and the element strides between a point's
 # entries and between points: entry k of point i is a[k * a_sk + i * a_si] (kernel.py's `strided`).
 STRIDED_BLOCK = 32     # rows per gather/compute/scatter step: row buffers of a few KB, in L1
-assert STRIDED_BLOCK <= LANES_BLOCK     # a lanes kernel's step is one pass of `lanes`
 STRIDED = '''
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -129,6 +128,33 @@ def batch(next_row, block, {args}, work, bad):
 {scatter}
                 if check:
                     bad[s + b] = {checks}''')
+# A lanes kernel's strided driver moves each block's entries straight between the caller's arrays and
+# the workspace rows of `lanes`, no row buffers: entry k of the block's points is a run of n values in
+# both when the caller's points are adjacent (a_si == 1, felupe's (3, 3, q, c)), a unit-stride copy that
+# LLVM vectorizes, so the driver costs about what writing the results costs (issue 29: neo-Hookean
+# W+P+A 868 -> 574 ns/point with the tangent a lanes kernel and its rows moved so).
+LANES_STRIDED = '''
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def {name}(next_row, block, m, {sargs}, work, bad):
+    """As batch, for per-point arrays in any layout whose entries of a point are equally spaced (e.g. a
+    caller's array with the point axis last): entry k of {step} points at a time moved between the
+    array and work[(row + k) * {step} + b], contiguous runs when a_si == 1; no array of the whole size
+    is copied.{doc}"""
+    check = bad.shape[0] > 0''' + BLOCKS.replace("{body}", '''\
+        for s in range(lo, hi, {step}):
+            n = __select(s + {step} < hi, {step}, hi - s)
+{gather}
+            {lanes_call}({params}work, n)
+{scatter}
+            if check:
+                for b in range(n):
+                    bad[s + b] = False
+                for k in range({rows}):
+                    for b in range(n):
+                        x = work[k * {step} + b]
+                        if x - x != 0.0:        # NaN or an infinity
+                            bad[s + b] = True''')
 CHECK_DOC = '''
     bad: empty, or bad[i] is set to whether row i of an input or a result holds a NaN or an infinity,
     checked while the row is still in cache (a separate pass over the chunk would read it all from
@@ -157,7 +183,7 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point, 
         src += "\n" + "\n".join(globals_lines) + "\n"
     if lanes:
         text, call = _lanes(point_args, body_lines, per_point, lanes, translate)
-        src = src + text + _strided("strided", point_args, per_point, lanes, call)
+        src = src + text + _lanes_strided("strided", point_args, per_point, lanes, call)
         return _import_direct(src)
     statements = sum(1 for line in body_lines if not line.lstrip().startswith("#"))
     options = "cache=True, nogil=True, error_model='numpy'" + (", forceinline=True" if statements <= INLINE_MAX else "")
@@ -171,7 +197,7 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point, 
     common = dict(rows=", ".join(rows), first=first, row_args=row_args)
     check = f"\n            if check:\n                bad[i] = {checks}"
     src += DRIVER.format(name="batch", doc=CHECK_DOC, check=check, point=call, **common)
-    src += _strided("strided", point_args, per_point, callee=call)
+    src += _strided("strided", point_args, per_point, call)
     return _import_direct(src)
 
 
@@ -253,15 +279,12 @@ def _lane_at(rows, a, lane=""):
     return f"work[{f'{rows[a][0] * step} + ' if rows[a][0] else ''}k * {step}{lane}]"
 
 
-def _strided(name, point_args, per_point, rows=None, callee="point"):
+def _strided(name, point_args, per_point, callee="point"):
     """The strided driver (STRIDED): results are the arguments named out_* (the Emitter's names),
-    gathered inputs the other per-point ones. A lanes kernel's (`rows`) moves each block of row
-    buffers through the workspace and `lanes` instead of calling point row by row. `callee`: what it
-    calls for point (or a lanes kernel's lanes): the function, or its translated body."""
+    gathered inputs the other per-point ones. `callee`: what it calls for point: the function, or its
+    translated body."""
     arrays = [a for a, pp in zip(point_args, per_point) if pp]
     ins = [a for a in arrays if not a.startswith("out_")]
-    sargs = ", ".join(", ".join((a, f"{a}_n", f"{a}_sk", f"{a}_si")) if pp else a
-                      for a, pp in zip(point_args, per_point))
     bufs = ", ".join([f"b_{a}" for a in arrays] + [f"r_{a}" for a in ins])
     buf_args = ", ".join((f"r_{a}[b]" if a in ins else f"b_{a}[b]") if pp else a
                          for a, pp in zip(point_args, per_point))
@@ -273,18 +296,38 @@ def _strided(name, point_args, per_point, rows=None, callee="point"):
     checks = " | ".join(f"__nonfinite({'r' if a in ins else 'b'}_{a}[b])" for a in arrays)
     check = f"\n{' ' * 16}if check:\n{' ' * 20}bad[s + b] = {checks}"
     call = f"{' ' * 12}for b in range(n):\n{' ' * 16}{callee}({buf_args}, work){check}"
-    if rows:
-        def lane(a, put):
-            at, buf = _lane_at(rows, a, " + b"), f"{'r' if a in ins else 'b'}_{a}[b, k]"
-            return f"{' ' * 16}for k in range({rows[a][1]}):\n{' ' * 20}{at + ' = ' + buf if put else buf + ' = ' + at}"
-        call = "\n".join([f"{' ' * 12}for b in range(n):", *(lane(a, True) for a in ins),
-                          f"{' ' * 12}{callee}({_params(point_args, per_point)}work, n)",
-                          f"{' ' * 12}for b in range(n):",
-                          *(lane(a, False) for a in arrays if a not in ins)]) + check
-    return STRIDED.format(name=name, sargs=sargs, bufs=bufs, step=STRIDED_BLOCK, call=call,
-                          gather="\n".join(move(a) for a in ins) or " " * 12 + "pass",
+    return STRIDED.format(name=name, sargs=_strided_args(point_args, per_point), bufs=bufs, step=STRIDED_BLOCK,
+                          call=call, gather="\n".join(move(a) for a in ins) or " " * 12 + "pass",
                           scatter="\n".join(move(a) for a in arrays if a not in ins) or " " * 12 + "pass",
                           doc=CHECK_DOC.replace("bad[i] is set to whether row i", "bad[s + b] to whether row s + b"))
+
+
+def _strided_args(point_args, per_point):
+    """A strided driver's arguments: (a, a_n, a_sk, a_si) for each per-point array a (STRIDED)."""
+    return ", ".join(", ".join((a, f"{a}_n", f"{a}_sk", f"{a}_si")) if pp else a
+                     for a, pp in zip(point_args, per_point))
+
+
+def _lanes_strided(name, point_args, per_point, rows, call):
+    """A lanes kernel's strided driver (LANES_STRIDED); `rows`: {per-point argument: (row, size)},
+    `call`: what it calls for `lanes`."""
+    step = LANES_BLOCK
+    arrays = [a for a, pp in zip(point_args, per_point) if pp]
+    ins = [a for a in arrays if not a.startswith("out_")]
+
+    def move(a):
+        at, size = _lane_at(rows, a, " + b"), rows[a][1]
+        lines = []
+        for test, point in ((f"if {a}_si == 1:", "s + b"), ("else:", f"(s + b) * {a}_si")):
+            dst, src = (at, f"{a}[k * {a}_sk + {point}]")[::1 if a in ins else -1]
+            lines += [f"{' ' * 12}{test}", f"{' ' * 16}for k in range({size}):", f"{' ' * 20}for b in range(n):",
+                      f"{' ' * 24}{dst} = {src}"]
+        return "\n".join(lines)
+    return LANES_STRIDED.format(
+        name=name, sargs=_strided_args(point_args, per_point), step=step, params=_params(point_args, per_point),
+        lanes_call=call, rows=sum(size for _, size in rows.values()),
+        gather="\n".join(move(a) for a in ins), scatter="\n".join(move(a) for a in arrays if a not in ins),
+        doc=CHECK_DOC.replace("bad[i] is set to whether row i", "bad[s + b] to whether row s + b"))
 
 
 def load(source):

@@ -48,8 +48,9 @@ from .schedule import kind
 
 MIN_LANES = 16      # innermost iterations below which LLVM leaves the loop scalar (measured, AVX-512)
 LANES = 8           # partial accumulators of a split reduction (sum of 1000: 4 cost 260 ns, 8 and 16 10 ns)
-LANES_IO = 32       # inputs + outputs per point of a lanes kernel: above, moving them costs more than
-                    # vectorizing saves (neo-Hookean W+P, 19: 1.8x faster; W+P+A, 100: 1.9x slower)
+LANES_IO = 32       # inputs + outputs per point of a lanes kernel: above, moving point-first rows costs more
+                    # than vectorizing saves (neo-Hookean W+P, 19: 1.8x faster; W+P+A, 100: 1.9x slower);
+                    # no limit for a caller whose arrays have the points last (lanes_fit's points_last)
 LANES_BLOCK = 32    # points per pass of a lanes kernel (their values, LANES_IO * 32 * 8 bytes, stay in L1)
 MAX_CHECKS = 32     # runtime alias checks beyond which a vector nest is no faster than libm (measured)
 
@@ -162,13 +163,15 @@ def _pairwise(combine, terms):
     return terms[0]
 
 
-def lanes_fit(graph, math):
+def lanes_fit(graph, math, points_last=False):
     """Whether straight-line (scalarized) `graph` runs as a lanes kernel: math "vector", at most
-    LANES_IO values in and out per point, and every equation plain arithmetic or a math function
-    whose vector form needs no libm fallback (sin, cos and tan beyond TRIG_MAX do)."""
+    LANES_IO values in and out per point (any number when `points_last`: the caller's arrays have the
+    point axis last, so the strided driver moves each entry's run of points straight between them and
+    the workspace rows, with no per-point rows to transpose), and every equation plain arithmetic or a
+    math function whose vector form needs no libm fallback (sin, cos and tan beyond TRIG_MAX do)."""
     if math != "vector" or not graph.inputs or not graph.outputs:
         return False
-    if sum(max(1, v.size) for v in (*graph.inputs.values(), *graph.outputs.values())) > LANES_IO:
+    if not points_last and sum(max(1, v.size) for v in (*graph.inputs.values(), *graph.outputs.values())) > LANES_IO:
         return False
     for e in graph.eqns:
         lower = OPS[e.op].lower
