@@ -2,6 +2,7 @@
 equal -dE/dx of the total energy, and the per-atom virials sum to -dE/d(strain)."""
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -35,17 +36,97 @@ def energy_and_gradient(kernel, x, cell):
     return out["E"].sum(), out["dE_dR"], nb
 
 
-@pytest.mark.parametrize("lattice, a, reps", [("fcc", 3.615, 4), ("diamond", 5.431, 3)])
-def test_cell_lists_equal_brute_force(lattice, a, reps):
-    x, cell = crystal(lattice, a, reps, 0.3, seed=1)
-    binned = atoms.neighbours(x, cell, 4.0)
-    # a cell too small for cell lists takes the brute-force path; compare on the same atoms
-    brute = atoms._images(x, cell, 4.0)
-    for i, (d, j) in enumerate(brute):
-        k = len(j)
-        np.testing.assert_array_equal(binned["index"][i, :k], j)
-        np.testing.assert_allclose(binned["R"][i, :k], d, atol=1e-12)
-        assert np.all(binned["index"][i, k:] == -1) and np.all(binned["valid"][i, k:] == 0)
+def brute_force(x, cell, pbc, cutoff):
+    """Per atom: (neighbour indices, vectors) of every image of every atom within the cutoff, from every
+    image shift within reach, by numpy."""
+    periodic = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,))
+    reach = [0, 0, 0]
+    if periodic.any():
+        h = 1.0 / np.linalg.norm(np.linalg.inv(np.where(periodic[:, None], cell, np.eye(3))), axis=0)
+        reach = [int(np.ceil(cutoff / h[c])) + 2 if periodic[c] else 0 for c in range(3)]
+    shifts = np.array(list(itertools.product(*[range(-k, k + 1) for k in reach])), dtype=np.float64)
+    vectors = shifts @ np.where(periodic[:, None], cell, 0.0)
+    out = []
+    for i in range(len(x)):
+        d = x[None, :, :] + vectors[:, None, :] - x[i]
+        r = np.linalg.norm(d, axis=2)
+        keep = r < cutoff
+        keep[np.flatnonzero(~shifts.any(axis=1)), i] = False        # the atom itself
+        img, j = np.nonzero(keep)
+        out.append((j, d[img, j]))
+    return out
+
+
+def canonical(j, d):
+    order = np.lexsort((d[:, 2].round(9), d[:, 1].round(9), d[:, 0].round(9), j))
+    return j[order], d[order]
+
+
+def assert_equal_brute_force(x, cell, pbc, cutoff, species=None):
+    nb = atoms.neighbours(x, cell, cutoff, species, pbc=pbc)
+    counts = (nb["index"] >= 0).sum(axis=1)
+    for i, (j, d) in enumerate(brute_force(x, cell, pbc, cutoff)):
+        k = counts[i]
+        assert k == len(j), f"atom {i}: {k} neighbours, brute force {len(j)}"
+        got = canonical(nb["index"][i, :k], nb["R"][i, :k])
+        want = canonical(j, d)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1], rtol=0, atol=1e-11)
+        r = np.linalg.norm(nb["R"][i, :k], axis=1)
+        assert np.all(np.diff(r) >= -1e-12)                              # nearest first
+        assert np.all(nb["valid"][i, :k] == 1) and np.all(nb["valid"][i, k:] == 0)
+        assert np.all(nb["index"][i, k:] == -1) and np.all(nb["R"][i, k:] == 0)
+        s = np.zeros(len(x), dtype=int) if species is None else species
+        np.testing.assert_array_equal(nb["neighbour_species"][i], np.where(nb["index"][i] >= 0, s[nb["index"][i]], 0))
+    return nb
+
+
+SKEW = np.array([[1.0, 0.0, 0.0], [0.45, 0.9, 0.0], [-0.3, 0.35, 0.8]])
+CELLS = {   # name: (cell, pbc, atoms, cutoff)
+    "cubic": (np.eye(3) * 14.0, True, 300, 4.5),
+    "skewed": (SKEW * 16.0, True, 300, 4.5),
+    "thinner than the cutoff": (np.diag([15.0, 14.0, 2.5]), True, 60, 4.0),
+    "tiny skewed, many images": (SKEW * 2.2, True, 3, 5.0),
+    "free cluster": (np.zeros((3, 3)), False, 200, 4.0),
+    "skewed slab": (np.array([[12.0, 0, 0], [5.0, 11.0, 0], [0, 0, 0]]), (True, True, False), 150, 4.0),
+    "wire": (np.array([[0, 0, 0], [0, 0, 0], [1.0, 2.0, 9.0]]), (False, False, True), 80, 3.5),
+    "sparse, large": (np.eye(3) * 1e4, True, 5, 6.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CELLS))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cell_lists_equal_brute_force(name, seed):
+    """Random atoms in periodic, skewed, thin, free and mixed cells, some outside the cell: every
+    neighbour and vector of brute force over the images, nearest first, padding after."""
+    cell, pbc, n, cutoff = CELLS[name]
+    rng = np.random.default_rng(seed)
+    f = rng.uniform(-0.3, 1.3, (n, 3))                       # also beyond the cell's faces
+    box = np.where(np.broadcast_to(np.asarray(pbc), (3,))[:, None], cell, np.eye(3) * 10.0)
+    x = f @ box
+    assert_equal_brute_force(x, cell, pbc, cutoff, rng.integers(0, 3, n))
+
+
+def test_crystals_equal_brute_force_and_sizes():
+    """fcc and diamond crystals (exact ties of distances) as data/make_crystal.py writes them; padding
+    to max_neighbours; no atoms; a refused cell, positions and species."""
+    for lattice, a, reps in (("fcc", 3.615, 3), ("diamond", 5.431, 2)):
+        x, cell = crystal(lattice, a, reps, 0.0, seed=1)
+        nb = assert_equal_brute_force(x, cell, True, 4.0)
+        assert nb["R"].shape[1] == (18 if lattice == "fcc" else 16)
+    nb = atoms.neighbours(x, cell, 3.0, max_neighbours=20)
+    assert nb["R"].shape == (len(x), 20, 3) and np.all(nb["index"][:, 16:] == -1)
+    with pytest.raises(ValueError, match="more than max_neighbours=3"):
+        atoms.neighbours(x, cell, 3.0, max_neighbours=3)
+    empty = atoms.neighbours(np.zeros((0, 3)), cell, 3.0)
+    assert empty["R"].shape == (0, 0, 3) and empty["species"].shape == (0,)
+    for args, phrase in (((x, cell * [[1], [1], [0]], 3.0), "zero or linearly dependent"),
+                         ((x + np.nan, cell, 3.0), "with NaN or infinity"),
+                         ((x, cell, 0.0), "cutoff: a finite distance > 0"),
+                         ((x, cell, 3.0, np.zeros(2)), "species: one index per atom"),
+                         ((x[:2], np.eye(3) * 1e-6, 3.0), "too thin for the cutoff")):
+        with pytest.raises(ValueError, match=phrase):
+            atoms.neighbours(*args)
 
 
 def test_forces_are_minus_the_gradient_of_the_total_energy(kernel):

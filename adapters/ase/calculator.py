@@ -26,6 +26,8 @@ from ase.stress import full_3x3_to_voigt_6_stress
 from numba import njit
 from numba.core import event as numba_event
 
+import adgrad.engine.numeric.cache  # noqa: F401  (first: numba caches the cache=True functions below in adgrad's cache)
+
 from adgrad.engine.api import compile_model, load_model
 from adgrad.engine.potentials import Potential
 

@@ -18,28 +18,12 @@ import math
 import numpy as np
 from numba import njit
 
+import adgrad.engine.numeric.cache  # noqa: F401  (first: numba caches the cache=True functions below in adgrad's cache)
+
+from adgrad.engine.tools.cell_list import face_distances, lattice  # noqa: F401  (lattice: the calculator's)
+
 MAX_GHOSTS = 1 << 24        # periodic images beyond 26 per atom (a cell thinner than the reach needs more)
 MAX_BINS = 1 << 20          # bins along one direction (a 64-bit key for three), the bins growing past the reach
-
-
-def lattice(cell, pbc):
-    """The cell with its non-periodic rows replaced by unit vectors orthogonal to the periodic ones, and its
-    inverse: fractional coordinates f = x @ inverse, wrapped along periodic directions only. The periodic
-    rows must be finite and independent (the caller checks)."""
-    basis = np.array(cell, dtype=np.float64)
-    periodic = np.asarray(pbc, dtype=bool)
-    if not periodic.all():
-        rows = basis[periodic]
-        # the right singular vectors after the first len(rows) span the orthogonal complement of the rows
-        complement = np.linalg.svd(rows if len(rows) else np.zeros((1, 3)))[2][len(rows):]
-        basis[~periodic] = complement
-    return basis, np.linalg.inv(basis)
-
-
-def face_distances(inverse):
-    """The distance between neighbouring lattice planes along each direction: 1 / |reciprocal vector|."""
-    with np.errstate(divide="ignore"):
-        return 1.0 / np.linalg.norm(inverse, axis=0)
 
 
 def neighbour_list(positions, basis, inverse, pbc, reach):

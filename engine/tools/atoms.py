@@ -1,8 +1,9 @@
 """Atoms in, site-energy inputs out, forces back: the glue between a periodic crystal and a model of
 a site energy E_i(R_i) on padded neighbour vectors (docs/model-language.md, Atoms and potentials).
 
-neighbours()  padded neighbour arrays of every atom: R[i, k] = x_j - x_i (minimum image over
-              periodic images), valid[i, k], index[i, k] = j, species of i and of each neighbour
+neighbours()  padded neighbour arrays of every atom: R[i, k] = x_j - x_i + S cell (every periodic
+              image within the cutoff, nearest first), valid[i, k], index[i, k] = j, species of i and of
+              each neighbour (a compiled cell list, cell_list.py)
 forces()      F_j = -sum_i dE_i/dx_j from dE_dR: each neighbour vector R_ik = x_j - x_i gives
               +dE_i/dR_ik to i's force and -dE_i/dR_ik to j's (a parallel scatter in PARTS parts)
 virial()      the per-atom virial W_i = -sum_k R_ik (x) dE_i/dR_ik (3x3); its sum over atoms is the
@@ -10,91 +11,56 @@ virial()      the per-atom virial W_i = -sum_k R_ik (x) dE_i/dR_ik (3x3); its su
 """
 from __future__ import annotations
 
-import itertools
+import math
 
 import numba
 import numpy as np
 from numba import njit
 
+import adgrad.engine.numeric.cache  # noqa: F401  (first: numba caches the cache=True functions below in adgrad's cache)
+
 from ..kernel import run_threads
 from ..numeric.scalar import fetch_add
+from . import cell_list
 
 
-def neighbours(positions, cell, cutoff, species=None, max_neighbours=None):
-    """Padded neighbour arrays of atoms at `positions` (n, 3) in a periodic `cell` (3, 3; rows are the
-    cell vectors): every image of every atom within `cutoff` of an atom, nearest first. Returns a dict
-    of arrays: R (n, N, 3), valid (n, N), index (n, N) (padding: -1), species (n,) and
-    neighbour_species (n, N) (padding: 0), with N the largest count (or `max_neighbours`, which must
-    not be smaller). Orthorhombic cells at least 3 cutoffs wide use cell lists (linear time)."""
+def neighbours(positions, cell, cutoff, species=None, max_neighbours=None, pbc=True):
+    """Padded neighbour arrays of atoms at `positions` (n, 3) in a `cell` (3, 3; rows are the cell
+    vectors) periodic along `pbc` (True, False or three of them; a free direction's row is not read):
+    every image of every other atom closer than `cutoff`, nearest first. Returns a dict of arrays:
+    R (n, N, 3) (R[i, k] = x_j - x_i + S cell), valid (n, N), index (n, N) (padding: -1), species (n,)
+    and neighbour_species (n, N) (padding: 0), with N the largest count (or `max_neighbours`, which must
+    not be smaller). A compiled cell list (cell_list.py): linear time, any cell shape, memory in
+    proportion to the atoms and their pairs; two atoms on one spot are neighbours at distance 0."""
     x = np.asarray(positions, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != 3 or not np.isfinite(x).all():
+        raise ValueError(f"positions: an (n, 3) array of finite numbers, got shape {x.shape}"
+                         + ("" if x.ndim != 2 or x.shape[1] != 3 else " with NaN or infinity"))
     cell = np.asarray(cell, dtype=np.float64)
+    periodic = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,))
+    if cell.shape != (3, 3) or not np.isfinite(cell[periodic]).all():
+        raise ValueError(f"cell: a (3, 3) array of cell vectors (rows), finite along periodic directions; got {cell}")
+    rows = cell[periodic]
+    singular = np.linalg.svd(rows, compute_uv=False) if len(rows) else np.ones(1)
+    if not singular.min() > 1e-12 * singular.max():
+        raise ValueError(f"cell: the vectors of the periodic directions (pbc {periodic.tolist()}) are zero or "
+                         f"linearly dependent: {cell.tolist()}")
     cutoff = float(cutoff)
+    if not (math.isfinite(cutoff) and cutoff > 0):
+        raise ValueError(f"cutoff: a finite distance > 0, got {cutoff}")
     n = x.shape[0]
     species = np.zeros(n, dtype=np.int64) if species is None else np.asarray(species, dtype=np.int64)
-    L = np.diag(cell)
-    if np.count_nonzero(cell - np.diag(L)) == 0 and np.all(L >= 3 * cutoff):
-        lists = _binned(x, L, cutoff)
-    else:
-        lists = _images(x, cell, cutoff)
-    width = max((len(j) for _, j in lists), default=0)
+    if species.shape != (n,):
+        raise ValueError(f"species: one index per atom, shape ({n},), got shape {species.shape}")
+    found = cell_list.pairs(x, np.where(periodic[:, None], cell, 0.0), periodic, cutoff)
+    width = int(found.count.max(initial=0))
     if max_neighbours is not None:
         if max_neighbours < width:
-            raise ValueError(f"an atom has {width} neighbours within {cutoff}, more than max_neighbours={max_neighbours}")
+            raise ValueError(f"an atom has {width} neighbours within {cutoff}, more than "
+                             f"max_neighbours={max_neighbours}")
         width = max_neighbours
-    R = np.zeros((n, width, 3))
-    valid = np.zeros((n, width))
-    index = np.full((n, width), -1, dtype=np.int64)
-    for i, (d, j) in enumerate(lists):
-        R[i, :len(j)], valid[i, :len(j)], index[i, :len(j)] = d, 1.0, j
-    return {"R": R, "valid": valid, "index": index, "species": species,
-            "neighbour_species": np.where(index >= 0, species[np.maximum(index, 0)], 0)}
-
-
-def _nearest_first(d, j):
-    r = np.linalg.norm(d, axis=1)
-    order = np.argsort(r, kind="stable")
-    return d[order], j[order]
-
-
-def _images(x, cell, cutoff):
-    """Every periodic image within the cutoff, by brute force over enough image shifts."""
-    spacing = 1.0 / np.linalg.norm(np.linalg.inv(cell), axis=0)
-    reach = np.ceil(cutoff / spacing).astype(int)
-    shifts = np.array(list(itertools.product(*[range(-k, k + 1) for k in reach])), dtype=np.float64) @ cell
-    lists = []
-    for i in range(x.shape[0]):
-        d = (x[None, :, :] + shifts[:, None, :]) - x[i]             # (images, n, 3)
-        r = np.linalg.norm(d, axis=2)
-        img, j = np.nonzero((r < cutoff) & (r > 0.0))
-        lists.append(_nearest_first(d[img, j], j))
-    return lists
-
-
-def _binned(x, L, cutoff):
-    """Cell lists in an orthorhombic box at least 3 cutoffs wide: each atom meets the atoms of its own
-    and the 26 surrounding bins, at their minimum image."""
-    nb = np.floor(L / cutoff).astype(int)
-    b = np.floor(np.mod(x, L) / L * nb).astype(int) % nb
-    flat = (b[:, 0] * nb[1] + b[:, 1]) * nb[2] + b[:, 2]
-    order = np.argsort(flat, kind="stable")
-    starts = np.searchsorted(flat[order], np.arange(nb.prod() + 1))
-    lists = [None] * x.shape[0]
-    around = np.array(list(itertools.product((-1, 0, 1), repeat=3)))
-    for cell_idx in np.ndindex(*nb):
-        c = (cell_idx[0] * nb[1] + cell_idx[1]) * nb[2] + cell_idx[2]
-        mine = order[starts[c]:starts[c + 1]]
-        if not len(mine):
-            continue
-        nbr = np.mod(np.array(cell_idx) + around, nb)
-        cand = np.concatenate([order[starts[k]:starts[k + 1]] for k in
-                               np.unique((nbr[:, 0] * nb[1] + nbr[:, 1]) * nb[2] + nbr[:, 2])])
-        d = x[cand][None, :, :] - x[mine][:, None, :]
-        d -= L * np.round(d / L)
-        r = np.linalg.norm(d, axis=2)
-        ok = (r < cutoff) & (r > 0.0)
-        for row, i in enumerate(mine):
-            lists[i] = _nearest_first(d[row, ok[row]], cand[ok[row]])
-    return lists
+    R, valid, index, sn = cell_list.padded(found, species, width)
+    return {"R": R, "valid": valid, "index": index, "species": species, "neighbour_species": sn}
 
 
 PARTS = 8       # forces() sums in this many parts whatever the thread count, so its bits do not depend on it

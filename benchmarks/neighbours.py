@@ -1,0 +1,92 @@
+"""Neighbour lists of the CLI path: microseconds per atom of adgrad.engine.tools.atoms.neighbours (the padded
+R / valid / index / species arrays that data/make_crystal.py writes), and of its cell list alone
+(engine/tools/cell_list.py pairs), against adgrad.ase's list (adapters/ase/neighbours.py: pairs only) and
+matscipy's neighbour_list("ijD") when installed, on rattled fcc Cu (a = 3.615 A, displaced by up to 0.1 A)
+in a periodic cubic cell, single-threaded. Each row: the median of --repeats calls after a warm-up, in
+wall-clock and in CPU seconds of this process (on a shared machine the CPU time is the steadier figure).
+
+    python benchmarks/neighbours.py                      # 4,000 and 32,000 atoms, cutoffs 4.95 and 6.0 A
+    python benchmarks/neighbours.py --atoms 4000 --cutoff 6.0
+    python benchmarks/neighbours.py --old 783a7b2        # also the implementation of a git commit (slow)
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+
+from _harness import environment, print_command
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "data"))
+from make_crystal import crystal  # noqa: E402
+
+from adgrad.ase.neighbours import lattice, neighbour_list  # noqa: E402
+from adgrad.engine.tools import atoms, cell_list  # noqa: E402
+
+
+def timed(fn, repeats):
+    """(median wall s, median CPU s) of `repeats` calls after one warm-up call."""
+    fn()
+    wall, cpu = [], []
+    for _ in range(repeats):
+        w, c = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - w)
+        cpu.append(time.process_time() - c)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def old_neighbours(commit):
+    """atoms.neighbours as it was at `commit` (git show), in a module of its own."""
+    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:engine/tools/atoms.py"], check=True,
+                         capture_output=True, text=True).stdout.replace("cache=True", "cache=False")   # no file
+    mod = types.ModuleType("adgrad.engine.tools._old_atoms")
+    mod.__package__ = "adgrad.engine.tools"
+    exec(compile(src, f"{commit}:engine/tools/atoms.py", "exec"), mod.__dict__)
+    return mod.neighbours
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--atoms", type=int, nargs="+", default=[4000, 32000], help="atoms (4 per fcc cell, rounded)")
+    p.add_argument("--cutoff", type=float, nargs="+", default=[4.95, 6.0], help="cutoffs (A)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--old", metavar="COMMIT", help="also time atoms.neighbours of this git commit")
+    args = p.parse_args()
+    print_command()
+    print(f"{environment()}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
+    try:
+        from matscipy.neighbours import neighbour_list as matscipy_list
+    except ImportError:
+        matscipy_list = None
+    old = old_neighbours(args.old) if args.old else None
+    print(f"{'atoms':>7} {'cutoff':>6} {'pairs/atom':>10}  {'what':<34} {'us/atom wall':>12} {'us/atom CPU':>11}")
+    for n in args.atoms:
+        reps = max(1, round((n / 4) ** (1 / 3)))
+        x, cell = crystal("fcc", 3.615, reps, 0.1, seed=0)
+        m = len(x)
+        basis, inverse = lattice(cell, [True] * 3)
+        for cutoff in args.cutoff:
+            rows = {"atoms.neighbours (padded arrays)": lambda: atoms.neighbours(x, cell, cutoff),
+                    "  of which cell_list.pairs": lambda: cell_list.pairs(x, cell, np.ones(3, bool), cutoff),
+                    "adgrad.ase list (pairs only)": lambda: neighbour_list(x, basis, inverse, [True] * 3, cutoff)}
+            if matscipy_list is not None:
+                rows["matscipy neighbour_list ijD"] = lambda: matscipy_list("ijD", positions=x, cell=cell,
+                                                                          pbc=[True] * 3, cutoff=cutoff)
+            if old is not None:
+                rows[f"atoms.neighbours at {args.old}"] = lambda: old(x, cell, cutoff)
+            pairs = cell_list.pairs(x, cell, np.ones(3, bool), cutoff).count.mean()
+            for what, fn in rows.items():
+                wall, cpu = timed(fn, args.repeats if "at " not in what else 1)
+                print(f"{m:>7} {cutoff:>6.2f} {pairs:>10.1f}  {what:<34} {wall / m * 1e6:>12.2f} {cpu / m * 1e6:>11.2f}")
+    print(f"\nload average after: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
