@@ -2,12 +2,14 @@
 R / valid / index / species arrays that data/make_crystal.py writes), and of its cell list alone
 (engine/tools/cell_list.py pairs), against adgrad.ase's list (adapters/ase/neighbours.py: pairs only) and
 matscipy's neighbour_list("ijD") when installed, on rattled fcc Cu (a = 3.615 A, displaced by up to 0.1 A)
-in a periodic cubic cell, single-threaded. Each row: the median of --repeats calls after a warm-up, in
-wall-clock and in CPU seconds of this process (on a shared machine the CPU time is the steadier figure).
+in a periodic cubic cell. adgrad's cell list runs on --threads threads (parts of at least 4,096 atoms;
+default 1), the others on one. Each row: the median of --repeats calls after a warm-up, in wall-clock
+and in CPU seconds of this process, all threads (on a shared machine the CPU time is the steadier figure).
 
     python benchmarks/neighbours.py                      # 4,000 and 32,000 atoms, cutoffs 4.95 and 6.0 A
     python benchmarks/neighbours.py --atoms 4000 --cutoff 6.0
     python benchmarks/neighbours.py --old 783a7b2        # also the implementation of a git commit (slow)
+    python benchmarks/neighbours.py --threads 2          # the cell list on two threads
 """
 import argparse
 import os
@@ -18,6 +20,7 @@ import time
 import types
 from pathlib import Path
 
+import numba
 import numpy as np
 
 from _harness import environment, print_command
@@ -58,7 +61,9 @@ def main():
     p.add_argument("--cutoff", type=float, nargs="+", default=[4.95, 6.0], help="cutoffs (A)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--old", metavar="COMMIT", help="also time atoms.neighbours of this git commit")
+    p.add_argument("--threads", type=int, default=1, help="numba threads for adgrad's cell list")
     args = p.parse_args()
+    numba.set_num_threads(args.threads)
     print_command()
     print(f"{environment()}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
     try:
@@ -84,7 +89,8 @@ def main():
             pairs = cell_list.pairs(x, cell, np.ones(3, bool), cutoff).count.mean()
             for what, fn in rows.items():
                 wall, cpu = timed(fn, args.repeats if "at " not in what else 1)
-                print(f"{m:>7} {cutoff:>6.2f} {pairs:>10.1f}  {what:<34} {wall / m * 1e6:>12.2f} {cpu / m * 1e6:>11.2f}")
+                us = f"{wall / m * 1e6:>12.2f} {cpu / m * 1e6:>11.2f}"
+                print(f"{m:>7} {cutoff:>6.2f} {pairs:>10.1f}  {what:<34} {us}")
     print(f"\nload average after: {os.getloadavg()[0]:.1f}")
 
 

@@ -183,3 +183,22 @@ def test_forces_in_parts_equal_a_plain_scatter_on_any_thread_count():
     first = atoms.forces(g[:5], index[:5], natoms=len(x))      # five atoms' site energies only
     assert first.shape == (len(x), 3) and np.count_nonzero(first.any(axis=1)) > 5
     np.testing.assert_allclose(first.sum(axis=0), 0.0, atol=1e-12)    # every pair term: +g and -g
+
+
+def test_the_same_lists_on_any_number_of_threads():
+    """The search runs in parts of at least cell_list.PART atoms, one per thread: each atom's list, and so
+    every array, is the same bits on one thread or two."""
+    from adgrad.engine.tools import cell_list
+    x, cell = crystal("fcc", 3.615, 13, 0.2, seed=5)
+    assert len(x) >= 2 * cell_list.PART
+    before = numba.get_num_threads()
+    try:
+        got = []
+        for threads in (1, 2):
+            numba.set_num_threads(threads)
+            assert len(cell_list.pairs(x, cell, np.ones(3, bool), 4.0).parts) == threads + 1
+            got.append(atoms.neighbours(x, cell, 4.0, np.arange(len(x)) % 3))
+    finally:
+        numba.set_num_threads(before)
+    for key in got[0]:
+        assert got[0][key].tobytes() == got[1][key].tobytes(), key

@@ -16,13 +16,17 @@ from __future__ import annotations
 import itertools
 from typing import NamedTuple
 
+import numba
 import numpy as np
 from numba import njit
 
 import adgrad.engine.numeric.cache  # noqa: F401  (first: numba caches the cache=True functions below in adgrad's cache)
 
+from ..kernel import run_threads
+
 SLACK = 1e-9            # relative room for rounding in the bin widths: a pair at the cutoff is never missed
 SPLIT = 2               # bins a cutoff thick: 5^3 half-cutoff bins hold 42% fewer candidates than 3^3 whole ones
+PART = 4096             # atoms at least in each thread's part of the search
 MAX_IMAGES = 1 << 24    # bins an atom meets: a cell far thinner than the cutoff is refused, not ground through
 
 
@@ -47,14 +51,17 @@ def face_distances(inverse):
 
 
 class Pairs(NamedTuple):
-    """Each atom's neighbours, nearest first: those of atom i are entries start[i] .. start[i] + count[i] - 1
-    of `u` (the neighbour's position in bin order: atom order[u], at ps[u]) and `code` (its image shift:
-    the vector shifts[code] = S cell); the pair vector is (shifts[code] - p[i]) + ps[u], p the atoms'
-    positions wrapped into the cell. 8 bytes a pair: the vectors are made once, in the padded arrays."""
+    """Each atom's neighbours, nearest first. The atoms are searched in parts (a range of atoms in bin
+    order each, parts[w] <= t < parts[w + 1], atom order[t]), one per thread; the neighbours of atom i
+    of part w are entries start[i] .. start[i] + count[i] - 1 of u[w] (the neighbour's position in bin
+    order: atom order[u], at ps[u]) and code[w] (its image shift: the vector shifts[code] = S cell). The
+    pair vector is (shifts[code] - p[i]) + ps[u], p the atoms' positions wrapped into the cell. 8 bytes a
+    pair: the vectors are made once, in the padded arrays. Each atom's list is the same whatever the parts."""
     start: np.ndarray
     count: np.ndarray
-    u: np.ndarray
-    code: np.ndarray
+    u: tuple
+    code: tuple
+    parts: np.ndarray
     order: np.ndarray
     ps: np.ndarray
     p: np.ndarray
@@ -93,8 +100,16 @@ def pairs(positions, cell, pbc, cutoff) -> Pairs:
     order = np.argsort(flat, kind="stable")
     starts = np.searchsorted(flat[order], np.arange(nb.prod() + 1))
     ps = np.ascontiguousarray(p[order])
-    found = _search(ps, order, starts, cells, nb, K, periodic, shifts, cutoff * cutoff, min(n * expected, 1 << 27))
-    return Pairs(*found, order, ps, p, shifts)
+    P = max(1, min(numba.get_num_threads(), n // PART))
+    parts = np.arange(P + 1) * n // P
+    start, count = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    found = [None] * P
+
+    def search(w):      # parts write start and count at their own atoms
+        found[w] = _search(ps, order, starts, cells, nb, K, periodic, shifts, cutoff * cutoff,
+                           min((parts[w + 1] - parts[w]) * expected, 1 << 27), parts[w], parts[w + 1], start, count)
+    run_threads(search, P)
+    return Pairs(start, count, tuple(f[0] for f in found), tuple(f[1] for f in found), parts, order, ps, p, shifts)
 
 
 def _grid(f, periodic, h, reach):
@@ -121,12 +136,11 @@ def _grid(f, periodic, h, reach):
 
 
 @njit(cache=True, nogil=True)
-def _search(ps, order, starts, cells, nb, K, periodic, shifts, cutsq, capacity):
+def _search(ps, order, starts, cells, nb, K, periodic, shifts, cutsq, capacity, t0, t1, start, count):
     """Each atom's neighbours, sorted nearest first, into flat arrays that grow between atoms: an atom's
     search (_atom) works in buffers sized for its most candidates, so its inner loops hold no array that
     may be reallocated (a reallocation there made them 4x slower)."""
-    n = order.shape[0]
-    xs, ys, zs = ps[:, 0].copy(), ps[:, 1].copy(), ps[:, 2].copy()    # one array per coordinate: vector loops
+    xs, ys, zs = ps[:, 0].copy(), ps[:, 1].copy(), ps[:, 2].copy()    # one array per coordinate: short loops
     most = 0
     for b in range(starts.shape[0] - 1):
         most = max(most, starts[b + 1] - starts[b])
@@ -138,14 +152,12 @@ def _search(ps, order, starts, cells, nb, K, periodic, shifts, cutsq, capacity):
     key = np.empty(bound)
     bucket = np.empty(bound + 1, dtype=np.int64)
     slot = np.empty(bound, dtype=np.int64)
-    start = np.zeros(n, dtype=np.int64)
-    count = np.zeros(n, dtype=np.int64)
     U = np.empty(capacity, dtype=np.int32)
     C = np.empty(capacity, dtype=np.int32)
     # the bins within K of each bin along each direction, and their image shifts (no division per atom)
     around = _around(nb[0], K[0], periodic[0]) + _around(nb[1], K[1], periodic[1]) + _around(nb[2], K[2], periodic[2])
     total = 0
-    for t in range(n):                      # atoms in bin order: their bins' atoms stay in cache
+    for t in range(t0, t1):                 # atoms in bin order: their bins' atoms stay in cache
         i = order[t]
         m = _atom(t, xs, ys, zs, starts, cells[i], nb, K, around, shifts, cutsq, cu, cc, cr)
         _sort(cr, m, cutsq, rank, key, bucket, slot)
@@ -161,7 +173,7 @@ def _search(ps, order, starts, cells, nb, K, periodic, shifts, cutsq, capacity):
         for q in range(m):
             U[total + q], C[total + q] = cu[rank[q]], cc[rank[q]]
         total += m
-    return start, count, U[:total], C[:total]
+    return U[:total], C[:total]
 
 
 @njit(cache=True, nogil=True)
@@ -250,20 +262,22 @@ def _sort(cr, m, cutsq, rank, key, bucket, slot):
 
 def padded(found: Pairs, species, width):
     """The padded arrays of atoms.neighbours: R (n, width, 3), valid, index (padding -1) and
-    neighbour_species (padding 0)."""
+    neighbour_species (padding 0), each part's rows filled by its own thread."""
     n = len(found.start)
     R = np.empty((n, width, 3))
     valid = np.empty((n, width))
     index = np.empty((n, width), dtype=np.int64)
     sn = np.empty((n, width), dtype=np.int64)
-    _pad(found.start, found.count, found.u, found.code, found.order, found.ps, found.p, found.shifts, species,
-         R, valid, index, sn)
+    f = found
+    run_threads(lambda w: _pad(f.parts[w], f.parts[w + 1], f.start, f.count, f.u[w], f.code[w], f.order, f.ps, f.p,
+                               f.shifts, species, R, valid, index, sn), len(f.parts) - 1)
     return R, valid, index, sn
 
 
 @njit(cache=True, nogil=True)
-def _pad(start, count, U, C, order, ps, p, shifts, species, R, valid, index, sn):
-    for i in range(R.shape[0]):
+def _pad(t0, t1, start, count, U, C, order, ps, p, shifts, species, R, valid, index, sn):
+    for t in range(t0, t1):
+        i = order[t]
         s, m = start[i], count[i]
         for k in range(m):
             u, code = U[s + k], C[s + k]
