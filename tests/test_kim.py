@@ -289,7 +289,11 @@ def test_export_refuses_what_is_not_a_kim_site_energy(tmp_path):
     assert code == 2 and "smaller than the model's cutoff" in text
     code, text = export(model_file(tmp_path, "sw"), tmp_path / "f", "--kim", "1x")
     assert code == 2 and "a KIM model's name is a C identifier" in text
-    for d in "bcdef":
+    code, text = export(model_file(tmp_path, "sw"), tmp_path / "g", "--species", "Si")
+    assert code == 2 and "--species and --cutoff go with --kim" in text
+    code, text = export(model_file(tmp_path, "sw"), tmp_path / "h", "--kim", "x", "--umat")
+    assert code == 2 and "--umat and --kim make different libraries" in text
+    for d in "bcdefgh":
         assert not (tmp_path / d).exists()
 
 
