@@ -324,3 +324,22 @@ def test_a_run_stopped_with_one_kernel_resumes_with_the_other(eam_run, first, se
     _, x = attrs_and_data(eam_run / "numba.h5")
     _, y = attrs_and_data(out)
     assert all(same_bits(x[k], y[k]) for k in x)
+
+
+def test_a_configs_params_override_the_librarys_defaults(eam_run):
+    """A library exported from the model file (alpha = 3, its default) runs a config that sets alpha:
+    the run's params are the config's, from the first run's check and from the record after it."""
+    text = (eam_run / "configs/eam.yaml").read_text().replace("mode: auto", "mode: auto\nparams: {alpha: 2.5}")
+    (eam_run / "configs/eam_p.yaml").write_text(text)
+    assert invoke("export", eam_run / "configs/eam_model.yaml", "-o", eam_run / "model_lib").exit_code == 0
+    assert load_library(eam_run / "model_lib").param_values["alpha"] == 3.0
+    assert invoke("run", eam_run / "configs/eam_p.yaml", "-o", eam_run / "p_numba.h5", "-q").exit_code == 0
+    a, x = attrs_and_data(eam_run / "p_numba.h5")
+    for k in range(2):
+        out = eam_run / f"p_native{k}.h5"
+        res = invoke("run", eam_run / "configs/eam_p.yaml", "-o", out, "--native", eam_run / "model_lib", "-q")
+        assert res.exit_code == 0, res.output
+        b, y = attrs_and_data(out)
+        assert b["params_sha256"] == a["params_sha256"] and all(same_bits(x[n], y[n]) for n in x)
+    _, default = attrs_and_data(eam_run / "numba.h5")
+    assert not same_bits(default["E"], y["E"])
