@@ -343,3 +343,14 @@ def test_a_configs_params_override_the_librarys_defaults(eam_run):
         assert b["params_sha256"] == a["params_sha256"] and all(same_bits(x[n], y[n]) for n in x)
     _, default = attrs_and_data(eam_run / "numba.h5")
     assert not same_bits(default["E"], y["E"])
+
+
+def test_a_library_exported_again_is_checked_again(eam_run):
+    """The record is keyed by the library file: replaced by another kernel's export, it is refused."""
+    cfg, lib = eam_run / "configs/eam.yaml", eam_run / "relib"
+    assert invoke("export", cfg, "-o", lib).exit_code == 0
+    assert invoke("run", cfg, "-o", eam_run / "r1.h5", "--native", lib, "-q").exit_code == 0      # the record
+    assert invoke("export", cfg, "-o", lib, "--mode", "forward", "--overwrite").exit_code == 0
+    res = invoke("run", cfg, "-o", eam_run / "r2.h5", "--native", lib)
+    assert res.exit_code == 2 and "is not the kernel" in res.output
+    assert not (eam_run / "r2.h5").exists()
