@@ -1,8 +1,8 @@
 """Neighbour lists of the CLI path: microseconds per atom of adgrad.engine.tools.atoms.neighbours (the padded
 R / valid / index / species arrays that data/make_crystal.py writes), and of its cell list alone
-(engine/tools/cell_list.py pairs), against adgrad.ase's list (adapters/ase/neighbours.py: pairs only) and
-matscipy's neighbour_list("ijD") when installed, on rattled fcc Cu (a = 3.615 A, displaced by up to 0.1 A)
-in a periodic cubic cell. adgrad's cell list runs on --threads threads (parts of at least 4,096 atoms;
+(engine/tools/cell_list.py pairs), against adgrad.ase's list (adapters/ase/neighbours.py: pairs only),
+matscipy's neighbour_list("ijD") and LAMMPS's `run 0` with a full list (its build and setup) when
+installed, on rattled fcc Cu (a = 3.615 A, displaced by up to 0.1 A) in a periodic cubic cell. adgrad's cell list runs on --threads threads (parts of at least 4,096 atoms;
 default 1), the others on one. Each row: the median of --repeats calls after a warm-up, in wall-clock
 and in CPU seconds of this process, all threads (on a shared machine the CPU time is the steadier figure).
 
@@ -45,6 +45,30 @@ def timed(fn, repeats):
     return statistics.median(wall), statistics.median(cpu)
 
 
+def lammps_build(x, cell):
+    """A function of the cutoff running LAMMPS's `run 0` on these atoms with pair_style zero and a full
+    neighbour list (its build, with the ghost atoms and the setup around it), or None without lammps."""
+    saved, here = sys.path[:], Path(__file__).resolve().parent
+    # the lammps package, not benchmarks/lammps.py beside this script, with the libmpi it links
+    sys.path[:] = [str(ROOT / "tests")] + [d for d in sys.path if Path(d or ".").resolve() != here]
+    try:
+        import lammps_oracle as lo
+    except ImportError:
+        return None
+    finally:
+        sys.path[:] = saved
+    n, L = len(x), float(cell[0, 0])
+
+    def build(cutoff):
+        lmp = lo.lammps.lammps(cmdargs=["-log", "none", "-screen", "none", "-nocite"])
+        lmp.commands_string(f"units metal\natom_style atomic\natom_modify map array sort 0 0\nboundary p p p\n"
+                            f"region box block 0 {L!r} 0 {L!r} 0 {L!r}\ncreate_box 1 box")
+        lmp.create_atoms(n, list(range(1, n + 1)), [1] * n, [float(v) for v in x.ravel()])
+        lmp.commands_string(f"mass 1 63.55\npair_style zero {cutoff} full\npair_coeff * *\nneighbor 0.0 bin")
+        return lambda: lmp.command("run 0 post no")
+    return build
+
+
 def old_neighbours(commit):
     """atoms.neighbours as it was at `commit` (git show), in a module of its own."""
     src = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:engine/tools/atoms.py"], check=True,
@@ -77,6 +101,7 @@ def main():
         x, cell = crystal("fcc", 3.615, reps, 0.1, seed=0)
         m = len(x)
         basis, inverse = lattice(cell, [True] * 3)
+        lammps = lammps_build(x, cell)
         for cutoff in args.cutoff:
             rows = {"atoms.neighbours (padded arrays)": lambda: atoms.neighbours(x, cell, cutoff),
                     "  of which cell_list.pairs": lambda: cell_list.pairs(x, cell, np.ones(3, bool), cutoff),
@@ -84,6 +109,8 @@ def main():
             if matscipy_list is not None:
                 rows["matscipy neighbour_list ijD"] = lambda: matscipy_list("ijD", positions=x, cell=cell,
                                                                           pbc=[True] * 3, cutoff=cutoff)
+            if lammps is not None:
+                rows["LAMMPS run 0, pair zero, full list"] = lammps(cutoff)
             if old is not None:
                 rows[f"atoms.neighbours at {args.old}"] = lambda: old(x, cell, cutoff)
             pairs = cell_list.pairs(x, cell, np.ones(3, bool), cutoff).count.mean()
