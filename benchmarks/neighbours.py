@@ -2,9 +2,10 @@
 R / valid / index / species arrays that data/make_crystal.py writes), and of its cell list alone
 (engine/tools/cell_list.py pairs), against adgrad.ase's list (adapters/ase/neighbours.py: pairs only),
 matscipy's neighbour_list("ijD") and LAMMPS's `run 0` with a full list (its build and setup) when
-installed, on rattled fcc Cu (a = 3.615 A, displaced by up to 0.1 A) in a periodic cubic cell. adgrad's cell list runs on --threads threads (parts of at least 4,096 atoms;
-default 1), the others on one. Each row: the median of --repeats calls after a warm-up, in wall-clock
-and in CPU seconds of this process, all threads (on a shared machine the CPU time is the steadier figure).
+installed, on rattled fcc Cu (a = 3.615 A, displaced by up to 0.1 A) in a periodic cubic cell. adgrad's
+cell list runs on --threads threads (parts of at least 4,096 atoms; default 1), the others on one. Each
+row: the median of --repeats calls after a warm-up, in wall-clock and in CPU seconds of this process, all
+threads (on a shared machine the CPU time is the steadier figure).
 
     python benchmarks/neighbours.py                      # 4,000 and 32,000 atoms, cutoffs 4.95 and 6.0 A
     python benchmarks/neighbours.py --atoms 4000 --cutoff 6.0
