@@ -490,6 +490,19 @@ static int compute(const KIM_ModelCompute *mc, const KIM_ModelComputeArguments *
 #undef KIM_LOGGER_OBJECT_NAME
 #define KIM_LOGGER_OBJECT_NAME mc
 
+static void free_arguments(args_buffer *ab) {
+    if (!ab)
+        return;
+    for (int w = 0; w < NK; w++) {
+        kernel_block *kb = &ab->k[w];
+        free(kb->R); free(kb->g); free(kb->valid); free(kb->sn); free(kb->s); free(kb->E); free(kb->work);
+        free(kb->atom); free(kb->nb);
+    }
+    free(ab->near);
+    free(ab->dx);
+    free(ab);
+}
+
 static int arguments_create(const KIM_ModelCompute *mc, KIM_ModelComputeArgumentsCreate *ac) {
     model_buffer *b;
     int error = 0;
@@ -526,11 +539,12 @@ static int arguments_create(const KIM_ModelCompute *mc, KIM_ModelComputeArgument
         kb->nb = malloc(sizeof(int) * BLOCK * s);
         error = error || !kb->R || !kb->g || !kb->valid || !kb->sn || !kb->s || !kb->E || !kb->work || !kb->atom || !kb->nb || kb->nwork < 0;
     }
-    KIM_ModelComputeArgumentsCreate_SetModelBufferPointer(ac, ab);
     if (error) {
+        free_arguments(ab);
         LOG_ERROR("adgrad: out of memory");
         return 1;
     }
+    KIM_ModelComputeArgumentsCreate_SetModelBufferPointer(ac, ab);
     return 0;
 }
 
@@ -538,26 +552,21 @@ static int arguments_destroy(const KIM_ModelCompute *mc, KIM_ModelComputeArgumen
     args_buffer *ab;
     (void)mc;
     KIM_ModelComputeArgumentsDestroy_GetModelBufferPointer(ad, (void **)&ab);
-    if (!ab)
-        return 0;
-    for (int w = 0; w < NK; w++) {
-        kernel_block *kb = &ab->k[w];
-        free(kb->R); free(kb->g); free(kb->valid); free(kb->sn); free(kb->s); free(kb->E); free(kb->work);
-        free(kb->atom); free(kb->nb);
-    }
-    free(ab->near);
-    free(ab->dx);
-    free(ab);
+    free_arguments(ab);
     return 0;
+}
+
+static void free_model(model_buffer *b) {
+    if (b) {
+%(frees)s
+        free(b);
+    }
 }
 
 static int destroy(KIM_ModelDestroy *md) {
     model_buffer *b;
     KIM_ModelDestroy_GetModelBufferPointer(md, (void **)&b);
-    if (b) {
-%(frees)s
-        free(b);
-    }
+    free_model(b);
     return 0;
 }
 
@@ -600,6 +609,7 @@ int %(create)s(KIM_ModelCreate *mc, KIM_LengthUnit length, KIM_EnergyUnit energy
 %(news)s
     for (int w = 0; w < NK; w++)
         if (!b->kernel[w].ctx) {
+            free_model(b);          /* <name>_free(NULL) does nothing */
             LOG_ERROR("adgrad: out of memory");
             return 1;
         }
