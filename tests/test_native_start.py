@@ -346,11 +346,20 @@ def test_a_configs_params_override_the_librarys_defaults(eam_run):
 
 
 def test_a_library_exported_again_is_checked_again(eam_run):
-    """The record is keyed by the library file: replaced by another kernel's export, it is refused."""
+    """The record is keyed by the library file: replaced by another kernel's export, it is refused (in
+    a new process: one that loaded the old library is refused it by load_library, below)."""
     cfg, lib = eam_run / "configs/eam.yaml", eam_run / "relib"
     assert invoke("export", cfg, "-o", lib).exit_code == 0
-    assert invoke("run", cfg, "-o", eam_run / "r1.h5", "--native", lib, "-q").exit_code == 0      # the record
+
+    def run(out):
+        return subprocess.run([sys.executable, "-m", "adgrad.cli.entry", "run", str(cfg), "-o", str(out), "--native",
+                               str(lib)], capture_output=True, text=True, timeout=600)
+    assert run(eam_run / "r1.h5").returncode == 0          # the record
+    old = load_library(lib)
     assert invoke("export", cfg, "-o", lib, "--mode", "forward", "--overwrite").exit_code == 0
-    res = invoke("run", cfg, "-o", eam_run / "r2.h5", "--native", lib)
-    assert res.exit_code == 2 and "is not the kernel" in res.output
+    res = run(eam_run / "r2.h5")
+    assert res.returncode == 2 and "is not the kernel" in res.stderr
     assert not (eam_run / "r2.h5").exists()
+    with pytest.raises(DataError, match="loaded this path's earlier library"):
+        load_library(lib)
+    assert old.evaluate({"x": np.zeros((2, 100))})["E"].shape == (2,)

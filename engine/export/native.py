@@ -64,10 +64,25 @@ def load_library(path) -> NativeKernel:
         raise DataError(f"{path}: cannot load the library ({exc})") from None
     except AttributeError as exc:
         raise DataError(f"{path}: not a library of adgrad export ({exc})") from None
+    _check_fresh(lib, path)
     if lib.info["abi_version"] != ABI_VERSION:
         raise DataError(f"{path}: C ABI version {lib.info['abi_version']}, this adgrad reads version {ABI_VERSION}; "
                         f"export the model again")
     return NativeKernel(lib, path)
+
+
+def _check_fresh(lib, path):
+    """The dynamic loader gives a process the library it loaded first from a path, even after an
+    export replaced the file: refuse that library when the export's manifest names another kernel."""
+    try:
+        with open(os.path.join(os.path.dirname(path), MANIFEST)) as f:
+            exported = json.load(f).get("kernel_sha256")
+    except (OSError, ValueError, AttributeError):
+        return                  # a library without its manifest: nothing to compare
+    if exported is not None and exported != lib.info["kernel_sha256"]:
+        raise DataError(f"{path}: this process loaded this path's earlier library, and the dynamic loader keeps "
+                        f"giving it that one; the export that replaced it is another kernel: load it in a new "
+                        f"process")
 
 
 class Var:
