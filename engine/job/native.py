@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from ..errors import DataError
+from ..numeric.cachedir import cache_root
 from ..store.guard import model_files
 from ..version import __version__
 
@@ -41,7 +42,7 @@ def prepare(config, kernel, log=None):
     not in the compile cache). A library of another model, other results or another kernel is a
     DataError that says how to export the right one."""
     _check_results(config, kernel)
-    path = os.path.join(_cache_root(), RECORDS, _key(config, kernel) + ".json")
+    path = os.path.join(cache_root(), RECORDS, _key(config, kernel) + ".json")
     record, cold = _read(path, kernel), False
     if record is None:
         record, cold = _check_kernel(config, kernel, log)
@@ -86,13 +87,6 @@ def _check_kernel(config, kernel, log):
     record = {"kernel_sha256": kernel.kernel_sha256, "params": values.tolist(),
               "params_sha256": params_sha256(model.param_values), "modes": compiled.modes}
     return record, compiled.cold
-
-
-def _cache_root():
-    """engine/codegen/load.py's (which imports numba): $ADGRAD_CACHE_DIR, else $XDG_CACHE_HOME/adgrad or
-    ~/.cache/adgrad."""
-    return os.environ.get("ADGRAD_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "adgrad")
 
 
 def _stat(path):
