@@ -321,3 +321,51 @@ def test_out_reuse_and_params_between_calls(neo):
         assert np.abs(got["d2W_dF_dF"] - want).max() <= 1e-12 * np.abs(want).max()
     assert kernel.module is module and len(kernel.module.batch.overloads) == compiled
     assert np.array_equal(kernel.evaluate({"F": F})["d2W_dF_dF"], kernel.evaluate({"F": F}, params={})["d2W_dF_dF"])
+
+
+def by_point(kernel, inputs, outputs):
+    """kernel.point_kernel called point by point from a numba loop (a caller's own code), on C-contiguous
+    point-first rows: {name: (m, *shape)} in, float64 rows out."""
+    rows = [np.ascontiguousarray(inputs[n], dtype=np.float64).reshape(len(inputs[n]), -1) for n in kernel.graph.inputs]
+    outs = [outputs[n].reshape(len(outputs[n]), -1) for n in kernel.graph.outputs]
+    params = kernel.param_rows()
+    names = [f"a{k}" for k in range(len(rows) + len(params) + len(outs))]
+    ins, ps, os_ = names[:len(rows)], names[len(rows):len(rows) + len(params)], names[len(rows) + len(params):]
+    call = ", ".join([f"{a}[i]" for a in ins] + ps + [f"{a}[i]" for a in os_])
+    scope = {}
+    exec(f"def loop(point, {', '.join(names)}, work):\n    for i in range(a0.shape[0]):\n"
+         f"        point({call}, work)\n", scope)
+    numba.njit(scope["loop"])(kernel.point_kernel, *rows, *params, *outs, kernel.workspace(1)[0])
+
+
+@pytest.mark.parametrize("name", ["neo_hooke", "ogden", "j2_voce"])
+def test_the_point_kernel_gives_the_drivers_bits(materials, name):
+    """P (and the new state) and A as felupe gets them (the strided driver on its (3, 3, q, c) arrays, a
+    lanes kernel for neo_hooke's and J2's tangents too: compile_model's points_last) equal, bit for bit,
+    kernel.point_kernel's point by point and the batch driver's on point-first rows; W (function()) too."""
+    umat = materials.get(name) or Material(MODELS / f"{name}.yaml", strain="small", log=None)
+    assert [k.lanes for k in umat.kernels.values()] == [name != "ogden"] * 2     # Ogden's eigenvalues: sin, cos
+    rng = np.random.default_rng(4)
+    q, c = 8, 13                                        # 104 points: three full blocks and a partial one
+    F = np.eye(3)[:, :, None, None] + 0.2 * rng.standard_normal((3, 3, q, c))
+    statevars = 0.01 * np.abs(rng.standard_normal((sum(umat.sizes) if umat.state else 0, q, c)))
+    x = [F, statevars]
+    P, new = umat.gradient(x)
+    cases = [(umat.kernels["gradient"], {umat.P: P}), (umat.kernels["hessian"], {umat.A: umat.hessian(x)[0]})]
+    if umat.energy:
+        W = umat.function(x)[0]
+        cases.append((umat._function, {umat.energy: W}))
+    offset = 0
+    for n, size in zip(umat.state, umat.sizes):         # felupe's statevars_new: each state's rows in turn
+        cases[0][1][f"{n}_new"] = new[offset:offset + size].reshape(*umat.model.graph.inputs[n].shape, q, c)
+        offset += size
+    _, _, inputs = umat._inputs(x)
+    for kernel, felupe_layout in cases:
+        rows = {n: np.full((q * c, *s), np.nan) for n, s in kernel.output_shapes.items()}
+        by_point(kernel, inputs, rows)
+        batch = kernel.evaluate({n: np.ascontiguousarray(v) for n, v in inputs.items()})
+        assert set(felupe_layout) == set(rows)
+        for n, value in rows.items():
+            assert np.array_equal(batch[n], value), n
+            shape = kernel.output_shapes[n]
+            assert np.array_equal(trailing(felupe_layout[n], shape).reshape(value.shape), value), n

@@ -2,8 +2,12 @@
 kernel with few values in and out per point runs its body over blocks of LANES_BLOCK points in the
 workspace, vectorized across the points, with the vector forms of its math functions.
 
-- which kernels are lanes kernels: the neo-Hookean W+P is; its W+P+A (100 values a point), any
-  `math: libm` kernel and a kernel calling sin (whose vector form needs libm beyond 2**30) are not;
+- which kernels are lanes kernels: the neo-Hookean W+P is; its W+P+A (100 values a point) is only
+  when compiled for a caller with the points last (compile_model's points_last); any `math: libm`
+  kernel and a kernel calling sin (whose vector form needs libm beyond 2**30) are not;
+- the strided driver of a lanes kernel moves entries straight between the caller's arrays and the
+  workspace: points last (unit stride), point-first rows with a stride and a partial block give batch's
+  bits, and it flags the rows holding a NaN or an infinity, in inputs or results;
 - every way of calling one gives the same bits: the batch driver on one thread and on two, with a
   partial last block, the strided driver (a caller's point-last layout), and kernel.point_kernel
   called row by row from the caller's own numba loop;
@@ -146,3 +150,43 @@ def test_the_loop_over_points_is_vectorized(neo):
     fresh(*params, kernel.workspace(1)[0], 1)
     asm = fresh.inspect_asm(fresh.signatures[0])
     assert len(re.findall(r"^\s*v\w+pd\s+.*%[yz]mm", asm, re.MULTILINE)) >= 50
+
+
+def test_points_last_makes_the_tangent_a_lanes_kernel(neo):
+    """The 100-value tangent as a lanes kernel (points_last): every driver and layout gives the same bits
+    (points last: unit stride; every other row of a bigger array: stride 2 points; 1001 points: a partial
+    last block), the libm tangent's values within a few ulp, and nonfinite flags on the strided driver."""
+    model, _, _ = neo
+    requests = [("W", "F"), ("W", ["F", "F"])]
+    kernel = compile_model(model, requests, points_last=True)
+    assert is_lanes(kernel) and not is_lanes(compile_model(model, requests))
+    lib = compile_model(model, requests, math="libm")
+    m = 1001
+    F = points(m, seed=7)
+    ref = kernel.evaluate({"F": F})
+    last = {n: np.moveaxis(np.full((*s, m), np.nan), -1, 0) for n, s in kernel.output_shapes.items()}
+    F_last = np.moveaxis(np.ascontiguousarray(np.moveaxis(F, 0, -1)), -1, 0)
+    spaced = {n: np.full((2 * m, *s), np.nan)[::2] for n, s in kernel.output_shapes.items()}
+    for inputs, out in (({"F": F_last}, last), ({"F": F}, spaced)):
+        got = kernel.evaluate(inputs, out=out)
+        for name in ref:
+            assert got[name] is out[name] and np.array_equal(got[name], ref[name]), name
+    rows = {n: np.full((m, max(1, int(np.prod(s)))), np.nan) for n, s in kernel.output_shapes.items()}
+    by_tangent(kernel.point_kernel, np.ascontiguousarray(F.reshape(m, 9)), *kernel.param_rows(), rows["W"],
+               rows["dW_dF"], rows["d2W_dF_dF"], kernel.workspace(1)[0])
+    want = lib.evaluate({"F": F})
+    for name in ref:
+        assert np.array_equal(rows[name].reshape(ref[name].shape), ref[name]), name
+        x, y = ref[name].reshape(m, -1), want[name].reshape(m, -1)
+        assert np.all(np.abs(x - y) <= 4 * np.finfo(float).eps * np.abs(y).max(axis=1, keepdims=True)), name
+    F_last[40, 2, 2] = np.inf              # rows 40 (an input), 900 (a result: J < 0 makes log's NaN)
+    F_last[900] = -np.eye(3)
+    flags = np.zeros(m, dtype=bool)
+    kernel.evaluate({"F": F_last}, out=last, nonfinite=flags)
+    assert np.flatnonzero(flags).tolist() == [40, 900]
+
+
+@numba.njit
+def by_tangent(point, F, mu, lam, W, P, A, work):
+    for i in range(F.shape[0]):
+        point(F[i], mu, lam, W[i], P[i], A[i], work)

@@ -129,18 +129,17 @@ def batch(next_row, block, {args}, work, bad):
                 if check:
                     bad[s + b] = {checks}''')
 # A lanes kernel's strided driver moves each block's entries straight between the caller's arrays and
-# the workspace rows of `lanes`, no row buffers: entry k of the block's points is a run of n values in
-# both when the caller's points are adjacent (a_si == 1, felupe's (3, 3, q, c)), a unit-stride copy that
-# LLVM vectorizes, so the driver costs about what writing the results costs (issue 29: neo-Hookean
-# W+P+A 868 -> 574 ns/point with the tangent a lanes kernel and its rows moved so).
+# the workspace rows of `lanes`, no row buffers: when the caller's points are adjacent (a_si == 1,
+# felupe's (3, 3, q, c)) entry k of the block's points is a run of n values in both, a copy LLVM
+# vectorizes (it versions the loop on the stride being 1: no gathers; an explicit `if a_si == 1` branch
+# compiled 0.5 s slower for the same speed), so the driver costs about what writing the results costs.
 LANES_STRIDED = '''
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def {name}(next_row, block, m, {sargs}, work, bad):
     """As batch, for per-point arrays in any layout whose entries of a point are equally spaced (e.g. a
     caller's array with the point axis last): entry k of {step} points at a time moved between the
-    array and work[(row + k) * {step} + b], contiguous runs when a_si == 1; no array of the whole size
-    is copied.{doc}"""
+    array and work[(row + k) * {step} + b]; no array of the whole size is copied.{doc}"""
     check = bad.shape[0] > 0''' + BLOCKS.replace("{body}", '''\
         for s in range(lo, hi, {step}):
             n = __select(s + {step} < hi, {step}, hi - s)
@@ -316,13 +315,9 @@ def _lanes_strided(name, point_args, per_point, rows, call):
     ins = [a for a in arrays if not a.startswith("out_")]
 
     def move(a):
-        at, size = _lane_at(rows, a, " + b"), rows[a][1]
-        lines = []
-        for test, point in ((f"if {a}_si == 1:", "s + b"), ("else:", f"(s + b) * {a}_si")):
-            dst, src = (at, f"{a}[k * {a}_sk + {point}]")[::1 if a in ins else -1]
-            lines += [f"{' ' * 12}{test}", f"{' ' * 16}for k in range({size}):", f"{' ' * 20}for b in range(n):",
-                      f"{' ' * 24}{dst} = {src}"]
-        return "\n".join(lines)
+        at, arr = _lane_at(rows, a, " + b"), f"{a}[k * {a}_sk + (s + b) * {a}_si]"
+        dst, src = (at, arr) if a in ins else (arr, at)
+        return f"{' ' * 12}for k in range({rows[a][1]}):\n{' ' * 16}for b in range(n):\n{' ' * 20}{dst} = {src}"
     return LANES_STRIDED.format(
         name=name, sargs=_strided_args(point_args, per_point), step=step, params=_params(point_args, per_point),
         lanes_call=call, rows=sum(size for _, size in rows.values()),
