@@ -37,11 +37,10 @@ def params_sha256(param_values: dict) -> str:
 
 
 def prepare(config, kernel, log=None):
-    """Check that `kernel` (engine/export/native.py NativeKernel) computes what `config` asks, set its
-    params to the config's and its modes; returns (params_sha256, whether the check compiled a kernel
-    not in the compile cache). A library of another model, other results or another kernel is a
-    DataError that says how to export the right one."""
-    _check_results(config, kernel)
+    """Check that `kernel` (engine/export/native.py NativeKernel, whose check_results passed) is the
+    kernel `config` compiles to, set its params to the config's and its modes; returns (params_sha256,
+    whether the check compiled a kernel not in the compile cache). Another kernel is a DataError that
+    says how to export the right one."""
     path = os.path.join(cache_root(), RECORDS, _key(config, kernel) + ".json")
     record, cold = _read(path, kernel), False
     if record is None:
@@ -57,8 +56,9 @@ def _again(config, kernel):
             f"--overwrite")
 
 
-def _check_results(config, kernel):
-    """The library's model text and results are the config's (cheap: before the kernel's hash)."""
+def check_results(config, kernel):
+    """The library's model text and results are the config's (cheap: before the input is opened and
+    the kernel's hash checked); else a DataError that says how to export the right one."""
     if kernel.model_sha256 != hashlib.sha256(config.model.text.encode()).hexdigest():
         raise DataError(f"{kernel.library}: exported from another model than {config.model.path or config.path} "
                         f"(model_sha256 differs); {_again(config, kernel)}")

@@ -2,9 +2,9 @@
 
 Every check that can fail on user input (spec, params, input datasets, output path, a --resume that
 does not fit the file) runs before the output file is created or changed, so a bad config never
-leaves a file behind. The chunks themselves stream through job/pipeline.py. With `native` (a library of `adgrad export`,
-job/native.py) the run imports neither numba nor the compiler once the library is known to be the
-config's kernel."""
+leaves a file behind. The chunks themselves stream through job/pipeline.py. With `native` (a library
+of `adgrad export`, job/native.py) the run compiles nothing and imports no compiler once the library
+is known to be the config's kernel."""
 from __future__ import annotations
 
 import datetime
@@ -85,7 +85,8 @@ def __getattr__(name):
 
 def _kernel(config, model, log=None):
     t0 = time.perf_counter()
-    kernel = sys.modules[__name__].compile_model(model, config.compute.derivatives, mode=config.mode, values=list(config.compute.values),
+    compile_model = sys.modules[__name__].compile_model     # (this module's __getattr__ at the first call)
+    kernel = compile_model(model, config.compute.derivatives, mode=config.mode, values=list(config.compute.values),
                            math=config.engine.math, log=log)
     return kernel, time.perf_counter() - t0
 
@@ -198,13 +199,15 @@ def _job(config, target, resuming, part, req, t_start, publish):
 
 
 def _native_job(config, target, resuming, part, req, t_start, publish, should_stop):
-    """_job with the library req.native: checked against the config (job/native.py), its inputs read
-    as the model's, no numba."""
+    """_job with the library req.native: its model and results checked against the config, the input
+    against its inputs, then its kernel against the config's (job/native.py: the first time, a
+    compile); no numba kernel."""
     t0, kernel = time.perf_counter(), req.native
-    params_sha, cold = natives.prepare(config, kernel, req.log)
+    natives.check_results(config, kernel)
     shapes = {n: v.shape for n, v in kernel.graph.inputs.items()}
     reader = InputReader(config.input.path, {n: config.input.datasets.get(n, n) for n in shapes}, shapes)
     try:
+        params_sha, cold = natives.prepare(config, kernel, req.log)
         summary = _run(config, params_sha, kernel, reader, target, resuming, part, req, should_stop, t_start,
                        time.perf_counter() - t0, publish)
     finally:
