@@ -155,3 +155,22 @@ def long_functions():
 def test_no_long_functions_without_a_reason():
     assert not long_functions(), "functions over ~60 lines (split them, or say why with '# long:'):\n" + \
         "\n".join(long_functions())
+
+
+def cached_functions(path):
+    """Line numbers of the functions decorated with cache=True (numba's disk cache)."""
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.FunctionDef) and any(
+                isinstance(d, ast.Call) and any(k.arg == "cache" and getattr(k.value, "value", None) is True
+                                                for k in d.keywords) for d in node.decorator_list)]
+
+
+@pytest.mark.parametrize("module", sorted(m for m, p in MODULES.items() if cached_functions(p)))
+def test_cached_functions_get_adgrads_cache(module):
+    """A module with cache=True functions imports engine/numeric/cache.py (or codegen/load.py, which does)
+    before them: a process may import any module first, and a function decorated before the hook is in
+    place is cached beside the installed sources, which may be read-only."""
+    first = min(cached_functions(MODULES[module]))
+    hooks = [line for line, name in imports(module, MODULES[module])
+             if name in ("engine.numeric.cache", "engine.codegen.load") and line < first]
+    assert hooks, f"{module}: import engine/numeric/cache.py before line {first}"
