@@ -38,9 +38,11 @@ def inner_name(prefix, entry, variant=""):
     return f"{prefix}__adgrad_{variant}{entry}"
 
 
-def wrapper_source(lay):
+def wrapper_source(lay, lanes=False):
     """Python source of the three cfuncs' bodies, calling the kernel module's point, batch and
-    strided with C-contiguous carray views of the raw pointers (one workspace row each)."""
+    strided with C-contiguous carray views of the raw pointers (one workspace row each). A lanes
+    kernel's strided driver moves entries without row buffers: the C ABI's buffer arguments stay (one
+    signature for every kernel) and are not passed on."""
     w = lay.workspace_size
 
     def view(a, rows=None):
@@ -60,8 +62,9 @@ def wrapper_source(lay):
             scall.append(f"carray({a.arg}, ({a.arg}_span,)), {a.size}, {a.arg}_sk, {a.arg}_si")
     bufs = [f"b_{a.arg}" for a in lay.per_point]
     scall.append(f"carray(work, ({w},))")
-    scall += [f"carray(b_{a.arg}, ({STRIDED_BLOCK}, {a.size}))" for a in lay.per_point]
-    scall += [f"carray(b_{a.arg}, ({STRIDED_BLOCK}, {a.size}))" for a in lay.inputs]   # r_<input>: b_<input>
+    if not lanes:
+        scall += [f"carray(b_{a.arg}, ({STRIDED_BLOCK}, {a.size}))" for a in lay.per_point]
+        scall += [f"carray(b_{a.arg}, ({STRIDED_BLOCK}, {a.size}))" for a in lay.inputs]   # r_<input>: b_<input>
     return (f"def c_point({', '.join(args)}, work):\n{point}\n\n"
             f"def c_batch(m, next_row, block, {', '.join(args)}, work, bad, nbad):\n{batch}\n\n"
             f"def c_strided(m, next_row, block, {', '.join(sargs)}, work, {', '.join(bufs)}, bad, nbad):\n"
@@ -83,7 +86,7 @@ def kernel_ir(kernel, lay):
     """{entry: (LLVM IR text, inner function's name)} of the three cfuncs over `kernel`'s module."""
     import numpy as np
     from numba import carray, cfunc
-    source = wrapper_source(lay)
+    source = wrapper_source(lay, lanes=kernel.lanes)
     namespace = {"carray": carray, "np": np, "point": kernel.module.point, "batch": kernel.module.batch,
                  "strided": kernel.module.strided}
     exec(compile(source, f"<adgrad export of {lay.model}>", "exec"), namespace)   # our generated source only
