@@ -28,7 +28,6 @@ import h5py
 import numpy as np
 
 from ..errors import DataError, JobError
-from ..numeric.exactsum import STATE, ExactSum
 from .atomic import atomic_h5
 from .direct import ALIGN, FILE_OPTIONS, DirectWriter
 from .input import reason
@@ -76,8 +75,8 @@ class OutputFile:
         self.done = int(commit[self._slot])
         self.nan_points = int(file["_adgrad/slot_nan"][self._slot]) if self.done else 0
         # the exact sums of the committed chunks; the pipeline adds each new chunk before committing it
-        self.sums = {n: ExactSum.from_state(file["_adgrad/slots"][n][self._slot]) if self.done
-                     else ExactSum(file[n].shape) for n in reduced}
+        self.sums = {n: _exact().ExactSum.from_state(file["_adgrad/slots"][n][self._slot]) if self.done
+                     else _exact().ExactSum(file[n].shape) for n in reduced}
 
     @classmethod
     def create(cls, path, shapes: dict, reduced, rows: int, dtype, compression, chunk_rows, attrs: dict,
@@ -100,8 +99,9 @@ class OutputFile:
                 shape = tuple(shape)
                 if name in reduced:      # summed over points: no point axis
                     f.create_dataset(name, shape=shape, dtype=dtype, **_early())
-                    exact.create_dataset(name, shape=shape + (STATE,), dtype=np.int64, **_early())
-                    slots.create_dataset(name, shape=(2,) + shape + (STATE,), dtype=np.int64, **_early())
+                    state = _exact().STATE
+                    exact.create_dataset(name, shape=shape + (state,), dtype=np.int64, **_early())
+                    slots.create_dataset(name, shape=(2,) + shape + (state,), dtype=np.int64, **_early())
                     continue
                 per_chunk = _chunk_rows(min(rows or 1, chunk_rows), int(np.prod(shape)) * np.dtype(dtype).itemsize)
                 f.create_dataset(name, shape=(rows,) + shape, dtype=dtype, chunks=(per_chunk,) + shape,
@@ -262,8 +262,16 @@ def record_problem(file):
         ds = file.get(name)
         if not isinstance(ds, h5py.Dataset):
             return f"/_adgrad/exact/{name} sums a dataset /{name} that the file does not have"
-        problem = dataset(f"_adgrad/exact/{name}", ds.shape + (STATE,)) or \
-            dataset(f"_adgrad/slots/{name}", (2,) + ds.shape + (STATE,))
+        state = _exact().STATE
+        problem = dataset(f"_adgrad/exact/{name}", ds.shape + (state,)) or \
+            dataset(f"_adgrad/slots/{name}", (2,) + ds.shape + (state,))
         if problem:
             return problem
     return None
+
+
+def _exact():
+    """numeric/exactsum, which imports numba: only a run with summed results needs it, so a run of an
+    exported library without them starts without numba (adgrad run --native)."""
+    from ..numeric import exactsum
+    return exactsum
