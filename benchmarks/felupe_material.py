@@ -5,7 +5,8 @@ Material evaluation: one felupe material evaluation is gradient(x) + hessian(x) 
 F (3, 3, q, c) with q = 8 quadrature points per cell (a hexahedron's), as felupe's SolidBody calls
 them in every Newton iteration, with felupe's out= arrays (the previous results) passed back:
   adgrad material          Material("configs/models/neo_hooke.yaml"): P and A written by the kernels
-                           in felupe's layout (the strided driver), no full-size copy
+                           in felupe's layout (the strided driver), no full-size copy; both lanes
+                           kernels (compile_model's points_last), each entry's 32 points one run
   adgrad rows + transpose  the same kernels' point-first results (M, 3, 3) and (M, 3, 3, 3, 3) moved
                            into felupe's layout by numpy (np.copyto of a moveaxis view: what a
                            point-first kernel costs felupe; the adapter avoids it)
@@ -170,7 +171,8 @@ def main(argv=None):
     threads = numba.get_num_threads()
     t0 = time.perf_counter()
     umat = Material(MODEL, threads=threads)
-    print(f"  Material(neo_hooke.yaml): {time.perf_counter() - t0:.2f} s (two compile_model, cached or not)")
+    print(f"  Material(neo_hooke.yaml): {time.perf_counter() - t0:.2f} s (two compile_model, cached or not); "
+          f"lanes kernels: {', '.join(n for n, k in umat.kernels.items() if k.lanes) or 'none'}")
     check_agreement(umat, cells)
     x = [points(cells), np.zeros((0, Q, cells))]
     timed = time_calls(material_runners(umat, cells), (x,), args.repeats)

@@ -11,7 +11,9 @@ felupe hands a material x = [F, statevars] with F (3, 3, q, c) (quadrature point
 trailing axes) and expects gradient(x) -> [P, statevars_new] and hessian(x) -> [A], P (3, 3, q, c)
 and A (3, 3, 3, 3, q, c). The compiled kernels read F and write P and A in that layout directly (the
 kernel's strided driver, CompiledKernel.evaluate's `out`): no array of the whole size is copied, and
-felupe's `out=` arrays (its results of the previous call) are written in place.
+felupe's `out=` arrays (its results of the previous call) are written in place. They are compiled for
+it (compile_model's points_last): the tangent, too, runs 32 points per vector pass, each entry's 32
+points copied as one run between felupe's array and the kernel's workspace.
 
 Small strain: `Material(model, strain="small")` gives a model whose input is a small strain (eps) the
 strain sym(F) - I, as felupe's small-strain framework does (MaterialStrain): the model is rewritten
