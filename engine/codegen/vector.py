@@ -15,12 +15,14 @@ each inlined call costs 0.2-0.8 s of compile time. So the policy, with `math: ve
   vector loop: beyond its default of 8 comparisons it vectorizes narrower if its cost model
   accepts the checks, beyond about 128 not at all; an exp loop writing 4 to 8 arrays measured
   1.2-1.8x faster than libm, one with 90 comparisons slower);
-- a straight-line kernel (scalarized) with few inputs and outputs per point runs as a lanes kernel:
+- a straight-line kernel (scalarized) with few inputs and outputs per point (any number when the caller's
+  arrays have the points last: compile_model's points_last, felupe's layout) runs as a lanes kernel:
   its body in a loop over a block of LANES_BLOCK points whose inputs and outputs the drivers move
   into the workspace, element k of point b at work[(row + k) * LANES_BLOCK + b], and back (see
   lanes_fit). The strides are literals, so LLVM sees unit-stride accesses a constant distance
   apart, needs no runtime alias check and vectorizes the loop over points with the vector forms
-  (neo-Hookean W+P on one thread: 22.8 -> 12.4 ns/point, 2026-11-26). The point function goes
+  (neo-Hookean W+P on one thread: 22.8 -> 12.4 ns/point, 2026-11-26; its tangent, 90 values a point,
+  through the strided driver on felupe's arrays: 310 -> 177 ns/point, 2026-11-28). The point function goes
   through the same body for its one point, so kernel.point_kernel gives the drivers' bits;
 - other straight-line code (statements outside loops) and every other nest call libm;
 - `math: libm` calls libm everywhere (numpy's bits of every function); nothing else changes, the
