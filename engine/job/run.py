@@ -67,10 +67,11 @@ def now():
 def prepare(config: Config, log=None):
     """The model with the config's param overrides, the kernel for the requested results, and the
     seconds it took to compile (or load) it. `log`: compile_model's (a line before a compile, one after)."""
+    t0 = time.perf_counter()
     from ..model import build
     model = build(config.model).with_params(config.params)
-    kernel, seconds = _kernel(config, model, log)
-    return model, kernel, seconds
+    kernel = _kernel(config, model, log)
+    return model, kernel, time.perf_counter() - t0
 
 
 def __getattr__(name):
@@ -84,11 +85,9 @@ def __getattr__(name):
 
 
 def _kernel(config, model, log=None):
-    t0 = time.perf_counter()
     compile_model = sys.modules[__name__].compile_model     # (this module's __getattr__ at the first call)
-    kernel = compile_model(model, config.compute.derivatives, mode=config.mode, values=list(config.compute.values),
-                           math=config.engine.math, log=log)
-    return kernel, time.perf_counter() - t0
+    return compile_model(model, config.compute.derivatives, mode=config.mode, values=list(config.compute.values),
+                         math=config.engine.math, log=log)
 
 
 def input_shapes(config: Config, model):
@@ -172,6 +171,7 @@ def _job(config, target, resuming, part, req, t_start, publish):
     with stop_on_signals() as should_stop:
         if req.native is not None:
             return _native_job(config, target, resuming, part, req, t_start, publish, should_stop)
+        t0 = time.perf_counter()       # the compiler's imports, the model built and its kernel: compile time
         from ..model import build
         model = build(config.model).with_params(config.params)
         shapes = input_shapes(config, model)
@@ -179,7 +179,8 @@ def _job(config, target, resuming, part, req, t_start, publish):
         reader = InputReader(config.input.path, {n: config.input.datasets.get(n, n) for n in shapes}, shapes)
         try:
             from numba.core import event as numba_event
-            kernel, t_compile = _kernel(config, model, req.log)
+            kernel = _kernel(config, model, req.log)
+            t_compile = time.perf_counter() - t0
             assert shapes == {n: v.shape for n, v in kernel.graph.inputs.items()}, "input_shapes and the kernel differ"
             # numba compiles (or loads from its cache) the run's own helpers and any other signature of the
             # kernel's drivers at their first call, in the chunk loop: that is compile time too, not the run's
