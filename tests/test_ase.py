@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import lammps_oracle as lo
+import numba
 import numpy as np
 import pytest
 from ase import Atoms, units
@@ -331,3 +332,43 @@ def test_multi_element_stillinger_weber_by_name_equals_lammps():
     assert atoms.calc.species == {"Ga": 0, "N": 1}
     assert atoms.get_potential_energy() == pytest.approx(pe, rel=1e-10)
     assert np.abs(atoms.get_forces() - f_ref).max() <= 1e-10 * np.abs(f_ref).max()
+
+
+def test_parts_give_the_same_bits_on_any_thread_count_and_the_serial_sums_within_round_off(cu_model, monkeypatch):
+    """Packing and assembly run in parts of the atoms (calculator.PART at least, MAX_PARTS at most), one
+    thread each: the parts follow from the number of atoms alone, so one thread or two give the same bits;
+    against one part (the serial scatter) the packed inputs and energies are the same bits, and forces and
+    stress differ by the round-off of summing each atom's terms part by part."""
+    from adgrad.ase import calculator
+    atoms = copper(reps=3)                  # 108 atoms
+    results = {}
+    before = numba.get_num_threads()
+    try:
+        for part, threads in ((1 << 30, 1), (8, 1), (8, 2)):
+            monkeypatch.setattr(calculator, "PART", part)
+            numba.set_num_threads(threads)
+            calc = AdgradCalculator(cu_model, cutoff(cu_model), {"Cu": 0}, log=None)
+            a = atoms.copy()
+            a.calc = calc
+            results[part, threads] = (a.get_potential_energies(), a.get_forces(), a.get_stress(),
+                                      calc.buffers["R"].copy())
+            g, index = calc.out[calc.gradient], calc.buffers["index"]
+    finally:
+        numba.set_num_threads(before)
+    serial, one, two = results[1 << 30, 1], results[8, 1], results[8, 2]
+    assert len(calculator._parts(len(atoms))) - 1 == calculator.MAX_PARTS
+    for x, y in zip(one, two):
+        assert x.tobytes() == y.tobytes()
+    assert serial[0].tobytes() == one[0].tobytes() and serial[3].tobytes() == one[3].tobytes()
+    # per atom, m terms summed in another grouping: within 2 m eps times the sum of their magnitudes
+    terms, count = np.zeros((len(atoms), 3)), np.zeros(len(atoms))
+    real = index >= 0
+    rows = np.nonzero(real)[0]
+    np.add.at(terms, rows, np.abs(g[real]))
+    np.add.at(terms, index[real], np.abs(g[real]))
+    np.add.at(count, rows, 1)
+    np.add.at(count, index[real], 1)
+    eps = np.finfo(float).eps
+    assert (np.abs(one[1] - serial[1]) <= 2 * count[:, None] * eps * terms).all()
+    assert not np.array_equal(one[1], serial[1])        # the grouping did change (else the bound tests nothing)
+    np.testing.assert_allclose(one[2], serial[2], rtol=1e-13, atol=1e-15)

@@ -1,11 +1,13 @@
 """AdgradCalculator: an adgrad site-energy model as an ASE calculator (docs/ase.md).
 
 A step: a neighbour list (neighbours.py, kept between steps while no atom has moved more than half the
-skin), packed into the model's padded inputs R / valid / s / sn by a numba loop, one evaluate of E
-and dE/dR into reused buffers (the only parallel part), then one numba pass over the neighbour slots
-that assembles forces and the virial. Packing and assembly are serial: memory-bound, about 1 ms each
-for 4000 Cu atoms, and a parallel pack was no faster on 2 threads while adding a parallel region
-whose wake-up costs milliseconds on a busy machine.
+skin), packed into the model's padded inputs R / valid / s / sn, one evaluate of E and dE/dR into reused
+buffers, then forces and the virial assembled from dE/dR. Packing and assembly are numba loops over parts
+of the atoms (PART atoms at least, MAX_PARTS parts at most) on adgrad's threads (engine/kernel.py
+run_threads, as the kernel's). A part packs its rows (the same bits as one loop) and scatters its rows'
+terms into forces and a virial of its own; the parts' forces are then summed in part order. The parts
+follow from the number of atoms alone: the same bits on any thread count, and within round-off of one
+serial scatter (2 m eps times the sum of an atom's m terms' magnitudes; tests/test_ase.py).
 
 Every argument is checked where it enters: the constructor's when it is called, the atoms' (positions,
 cell, periodicity, elements) at the start of each calculation, before anything is computed from them.
@@ -19,6 +21,7 @@ import sys
 import time
 from collections.abc import Mapping
 
+import numba
 import numpy as np
 from ase.calculators.calculator import Calculator, all_changes
 from ase.data import atomic_numbers, chemical_symbols
@@ -29,6 +32,7 @@ from numba.core import event as numba_event
 import adgrad.engine.numeric.cache  # noqa: F401  (first: numba caches the cache=True functions below in adgrad's cache)
 
 from adgrad.engine.api import compile_model, load_model
+from adgrad.engine.kernel import run_threads
 from adgrad.engine.potentials import Potential
 
 from .neighbours import lattice, neighbour_list
@@ -36,6 +40,8 @@ from .neighbours import lattice, neighbour_list
 SLOTS = 4       # neighbour slots come in multiples of this: runs whose counts differ by one share a kernel
 # a potential format -> its constant that is the cutoff
 CUTOFFS = {"eam": "cutoff", "eam/alloy": "cutoff", "eam/fs": "cutoff", "sw": "cut", "tersoff": "cut"}
+PART = 1024     # atoms at least in a part of packing and assembly (a thread's wake-up: ~0.1 ms)
+MAX_PARTS = 8   # parts at most: each holds forces for every atom (24 bytes an atom)
 FLAT = 1e-12    # periodic cell vectors whose smallest singular value is below this fraction of the largest: dependent
 
 
@@ -214,8 +220,7 @@ class AdgradCalculator(Calculator):
                 self._compile(self._width(count))
                 self._pack(atoms)
             out = self.kernel.evaluate({name: self.buffers[name] for name in self.inputs}, out=self.out)
-            forces, virial = np.zeros((n, 3)), np.zeros((3, 3))
-            _assemble(out[self.gradient], self.buffers["index"], self.buffers["R"], forces, virial)
+            forces, virial = self._assemble(out[self.gradient])
             energies = out[self.energy].copy()
             self._finite(atoms, energies, forces)
         energy = float(energies.sum())
@@ -330,8 +335,31 @@ class AdgradCalculator(Calculator):
         (first, j, S), *_, basis = self._list
         b = self.buffers
         b["s"][:] = self._species
-        return _pack(atoms.positions, first, j, S, basis, self.cutoff ** 2, self._species,
-                     b["R"], b["valid"], b["index"], b["sn"])
+        parts = _parts(len(atoms))
+        most = np.zeros(len(parts) - 1, dtype=np.int64)
+        x, cutsq = atoms.positions, self.cutoff ** 2
+
+        def pack(w):
+            most[w] = _pack(parts[w], parts[w + 1], x, first, j, S, basis, cutsq, self._species,
+                            b["R"], b["valid"], b["index"], b["sn"])
+        _run(pack, len(parts) - 1)
+        return int(most.max())
+
+    def _assemble(self, g):
+        """(forces, virial) from dE/dR (g): each part of the atoms scatters its rows' terms into forces and a
+        virial of its own, on its own thread; then the parts' forces are summed, in part order, by ranges of
+        atoms on the threads. One part (fewer than 2 PART atoms): the serial scatter."""
+        n = len(g)
+        index, R = self.buffers["index"], self.buffers["R"]
+        parts = _parts(n)
+        P = len(parts) - 1
+        forces, virial = np.zeros((P, n, 3)), np.zeros((P, 3, 3))
+        _run(lambda w: _assemble(parts[w], parts[w + 1], g, index, R, forces[w], virial[w]), P)
+        if P == 1:
+            return forces[0], virial[0]
+        total = np.empty((n, 3))
+        _run(lambda w: _sum_parts(parts[w], parts[w + 1], forces, total), P)
+        return total, _sum_parts_virial(virial)
 
 
 class FirstUse(numba_event.Listener):
@@ -440,13 +468,26 @@ def _listed(index):
     return f"atoms {', '.join(index[:-1])} and {index[-1]}"
 
 
+def _parts(n):
+    """Part boundaries over n atoms: at least PART atoms a part, at most MAX_PARTS parts; they follow from n
+    alone, so the forces (a sum over the parts) have the same bits on any thread count."""
+    P = max(1, min(MAX_PARTS, n // PART))
+    return np.arange(P + 1) * n // P
+
+
+def _run(call, parts):
+    """call(w) for each part w on adgrad's threads (engine/kernel.py run_threads): part w on thread w % threads."""
+    threads = max(1, min(numba.get_num_threads(), parts))
+    run_threads(lambda t: [call(w) for w in range(t, parts, threads)], threads)
+
+
 @njit(cache=True, nogil=True)
-def _pack(x, first, j, S, cell, cutsq, species, R, valid, index, sn):
-    """Atom i's neighbours within the cutoff into slots 0, 1, ... of row i, zeros after them. The
-    vector of pair p is x_j - x_i + S_p cell (S: the cell boundaries it crosses), made here rather than
-    by a numpy S @ cell (slower than this whole loop)."""
+def _pack(t0, t1, x, first, j, S, cell, cutsq, species, R, valid, index, sn):
+    """Atoms t0 <= i < t1: atom i's neighbours within the cutoff into slots 0, 1, ... of row i, zeros after
+    them; returns the most neighbours of an atom. The vector of pair p is x_j - x_i + S_p cell (S: the cell
+    boundaries it crosses), made here rather than by a numpy S @ cell (slower than this whole loop)."""
     width, most = R.shape[1], 0
-    for i in range(x.shape[0]):
+    for i in range(t0, t1):
         k = 0
         for p in range(first[i], first[i + 1]):
             a = j[p]
@@ -467,10 +508,10 @@ def _pack(x, first, j, S, cell, cutsq, species, R, valid, index, sn):
 
 
 @njit(cache=True, nogil=True)
-def _assemble(g, index, R, forces, virial):
-    """F_i += dE_i/dR_ik and F_j -= dE_i/dR_ik for R_ik = x_j - x_i; virial += R_ik (outer) dE_i/dR_ik
-    (= dE/d(strain), the stress times the volume). Serial: a scatter to j."""
-    for i in range(g.shape[0]):
+def _assemble(t0, t1, g, index, R, forces, virial):
+    """Rows t0 <= i < t1: F_i += dE_i/dR_ik and F_j -= dE_i/dR_ik for R_ik = x_j - x_i; virial += R_ik (outer)
+    dE_i/dR_ik (= dE/d(strain), the stress times the volume). A scatter to j, in row then slot order."""
+    for i in range(t0, t1):
         for k in range(g.shape[1]):
             a = index[i, k]
             if a < 0:
@@ -480,3 +521,22 @@ def _assemble(g, index, R, forces, virial):
                 forces[a, c] -= g[i, k, c]
                 for d in range(3):
                     virial[c, d] += R[i, k, c] * g[i, k, d]
+
+
+@njit(cache=True, nogil=True)
+def _sum_parts(t0, t1, forces, total):
+    """Atoms t0 <= a < t1: the parts' forces summed in part order."""
+    for a in range(t0, t1):
+        for c in range(3):
+            f = forces[0, a, c]
+            for w in range(1, forces.shape[0]):
+                f += forces[w, a, c]
+            total[a, c] = f
+
+
+def _sum_parts_virial(virial):
+    """The parts' virials summed in part order."""
+    out = virial[0].copy()
+    for v in virial[1:]:
+        out += v
+    return out
