@@ -4,17 +4,18 @@ argument and the problem, never a silently ignored key, a numba TypingError or a
 
 load_model's sizes= and input_shapes=, and CompiledKernel.evaluate's inputs, out, params, threads and
 nonfinite go through here; the adapters (adgrad.felupe, adgrad.ase) call evaluate, so they are checked too.
+An exported library's evaluate (engine/export/native.py) makes the same checks: nothing here imports numba.
 """
 from __future__ import annotations
 
 import math
 import numbers
 import operator
+import sys
 
 import numpy as np
 
 from .limits import MAX_ELEMENTS
-from .numeric.exactsum import ExactSum
 
 
 def _names(kind, noun, given, known, owner):
@@ -122,7 +123,7 @@ def outputs(given, shapes, reduced, m, owner):
     _names("out", "result", given, list(shapes), owner)
     for name, a in given.items():
         shape = shapes[name]
-        if name in reduced and isinstance(a, ExactSum):
+        if name in reduced and is_exact_sum(a):
             if a.shape != shape:
                 raise ValueError(f"out['{name}'] is an ExactSum of shape {a.shape}, the result has shape {shape}")
             continue
@@ -154,13 +155,58 @@ def nonfinite(flags, m):
     return flags
 
 
-def threads(n):
-    """evaluate's threads=: None (numba's setting) or an int from 1 to numba's thread count."""
+def threads(n, most=None):
+    """evaluate's threads=: None (numba's setting) or an int from 1 to `most`, numba's thread count."""
     if n is None:
         return None
-    import numba
-    most = numba.config.NUMBA_NUM_THREADS
+    if most is None:
+        import numba
+        most = numba.config.NUMBA_NUM_THREADS
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral) or not 1 <= n <= most:
         raise ValueError(f"threads must be None or an integer from 1 to {most} (numba's NUMBA_NUM_THREADS), "
                          f"got {n!r}")
     return int(n)
+
+
+def no_overlap(inputs, out):
+    """Raise if an out array shares memory with an input or another out array: the kernels store each
+    result as soon as it is computed, so a later read of an input it overlaps would see the result."""
+    arrays = [(f"out['{n}']", a) for n, a in out.items() if isinstance(a, np.ndarray)]
+    others = arrays + [(f"input '{n}'", a) for n, a in inputs.items() if isinstance(a, np.ndarray)]
+    for k, (name, a) in enumerate(arrays):
+        for other, b in others[k + 1:]:
+            if np.shares_memory(a, b):      # exact: disjoint views of one buffer are fine
+                raise ValueError(f"{name} shares memory with {other}: give each output its own array")
+
+
+def layout(a, m, size, output=False):
+    """(point stride, entry stride) in elements of a float64 array `a` (m, *shape) with `size` entries per
+    point whose entries of a point are equally spaced (any such view: np.moveaxis(b, -1, 0) of b
+    (*shape, m), a slice), which the strided drivers read and write in place; None for other layouts,
+    negative or unaligned strides, and (output) read-only arrays or arrays in which two entries share
+    memory."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.float64 or any(s < 0 or s % 8 for s in a.strides) \
+            or (output and not a.flags.writeable):
+        return None
+    sk = expect = None
+    for n, st in zip(reversed(a.shape[1:]), reversed(a.strides[1:])):
+        if n == 1:
+            continue
+        if sk is None:
+            sk, expect = st // 8, st * n
+        elif st != expect:
+            return None
+        else:
+            expect = st * n
+    sk = 1 if sk is None else sk
+    si = a.strides[0] // 8 if m > 1 else 0
+    if output and m > 1 and (si == 0 or size > 1 and not (sk >= (m - 1) * si + 1 or si >= (size - 1) * sk + 1)):
+        return None
+    return si, sk
+
+
+def is_exact_sum(a):
+    """Whether `a` is an ExactSum, without importing numba for the question (one exists only if its
+    module was imported)."""
+    mod = sys.modules.get("adgrad.engine.numeric.exactsum")
+    return mod is not None and isinstance(a, mod.ExactSum)

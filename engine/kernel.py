@@ -44,28 +44,11 @@ def input_rows(x, size):
 
 def strided(a, m, size, output=False):
     """(a flat float64 view of `a`'s memory from its first entry, size, entry stride, point stride), in
-    elements, of a float64 array `a` (m, *shape) with `size` entries per point whose entries of a
-    point are equally spaced (any such view: np.moveaxis(b, -1, 0) of b (*shape, m), a slice); None
-    for other layouts, negative strides, and (output) arrays in which two entries share memory."""
-    if not isinstance(a, np.ndarray) or a.dtype != np.float64 or any(s < 0 or s % 8 for s in a.strides) \
-            or (output and not a.flags.writeable):
+    elements, of an array the strided driver reads or writes in place (arguments.layout), else None."""
+    lay = arguments.layout(a, m, size, output)
+    if lay is None:
         return None
-    sk = None
-    for n, st in zip(reversed(a.shape[1:]), reversed(a.strides[1:])):
-        if n == 1:
-            continue
-        if sk is None:
-            sk, expect = st // 8, st * n
-        elif st != expect:
-            return None
-        else:
-            expect = st * n
-    sk = 1 if sk is None else sk
-    si = a.strides[0] // 8 if m > 1 else 0
-    if output and m > 1 and size > 1 and not (sk >= (m - 1) * si + 1 or si >= (size - 1) * sk + 1):
-        return None
-    if output and m > 1 and si == 0:
-        return None
+    si, sk = lay
     span = (m - 1) * si + (size - 1) * sk + 1 if m and size else 0
     return as_strided(a, shape=(span,), strides=(8,), writeable=output), size, sk, si
 
@@ -175,7 +158,7 @@ class CompiledKernel:
         params = arguments.params(params, self.graph.params, self.model.tables, owner)
         threads = arguments.threads(threads)
         nonfinite = arguments.nonfinite(nonfinite, m)
-        _no_overlap(inputs, out)
+        arguments.no_overlap(inputs, out)
         results, targets, finish = self._targets(m, out)
         before = numba.get_num_threads() if threads else None
         try:
@@ -210,17 +193,6 @@ class CompiledKernel:
                 rows = targets[name] = np.empty(full)
                 finish.append(lambda dst=dst, rows=rows: dst.__setitem__(Ellipsis, rows))
         return results, targets, finish
-
-
-def _no_overlap(inputs, out):
-    """Raise if an out array shares memory with an input or another out array: the kernels store each
-    result as soon as it is computed, so a later read of an input it overlaps would see the result."""
-    arrays = [(f"out['{n}']", a) for n, a in out.items() if isinstance(a, np.ndarray)]
-    others = arrays + [(f"input '{n}'", a) for n, a in inputs.items() if isinstance(a, np.ndarray)]
-    for k, (name, a) in enumerate(arrays):
-        for other, b in others[k + 1:]:
-            if np.shares_memory(a, b):      # exact: disjoint views of one buffer are fine
-                raise ValueError(f"{name} shares memory with {other}: give each output its own array")
 
 
 _pools = {}     # (pid, size) -> threads that run_threads adds to the calling one (a forked child has none)

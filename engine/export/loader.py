@@ -8,6 +8,8 @@ import os
 
 import numpy as np
 
+from .. import arguments
+
 D, I64 = ctypes.POINTER(ctypes.c_double), ctypes.c_int64
 
 
@@ -30,24 +32,6 @@ def _arrays(ptr, n):
     return [{"name": a.name.decode(), "kind": a.kind.decode(), "of": a.of.decode(), "wrt": a.wrt.decode(),
              "variant": a.variant.decode(), "shape": tuple(a.shape[k] for k in range(a.rank)), "size": a.size,
              "offset": a.offset} for a in (ptr[k] for k in range(n))]
-
-
-def _strides(a):
-    """(point stride, entry stride) in doubles of a float64 array (m, *shape) whose entries of a point
-    are equally spaced (engine/kernel.py strided), else None."""
-    if a.dtype != np.float64 or any(s < 0 or s % 8 for s in a.strides):
-        return None
-    sk = expect = None
-    for n, st in zip(reversed(a.shape[1:]), reversed(a.strides[1:])):
-        if n == 1:
-            continue
-        if sk is None:
-            sk, expect = st // 8, st * n
-        elif st != expect:
-            return None
-        else:
-            expect = st * n
-    return (a.strides[0] // 8 if a.shape[0] > 1 else 0), (1 if sk is None else sk)
 
 
 class NativeModel:
@@ -121,3 +105,9 @@ class NativeModel:
                                                                                      ctypes.POINTER(I64)),
                                     threads, None, 0, flags))
         return {a["name"]: o for a, o in zip(self.info["outputs"], outs)}
+
+
+def _strides(a):
+    """(point stride, entry stride) in doubles of a float64 array (m, *shape) whose entries of a point are
+    equally spaced (arguments.layout), else None."""
+    return arguments.layout(a, a.shape[0], 1)

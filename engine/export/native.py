@@ -13,10 +13,10 @@ import ctypes
 import json
 import math
 import os
-import sys
 
 import numpy as np
 
+from .. import arguments
 from ..errors import DataError
 from .loader import D, I64, NativeModel
 
@@ -184,12 +184,13 @@ class NativeKernel:
         ins = []
         for n, v in self.graph.inputs.items():
             a = inputs[n]
-            lay = layout(a, m, max(1, v.size))
+            lay = arguments.layout(a, m, max(1, v.size))
             if lay is None:
                 a = np.ascontiguousarray(a, dtype=np.float64)
-                lay = layout(a, m, max(1, v.size))
+                lay = arguments.layout(a, m, max(1, v.size))
             ins.append((a, lay))
-        outs = [(outputs[n], layout(outputs[n], m, max(1, v.size), output=True)) for n, v in self.graph.outputs.items()]
+        outs = [(outputs[n], arguments.layout(outputs[n], m, max(1, v.size), output=True))
+                for n, v in self.graph.outputs.items()]
         in_ptrs = (D * max(1, len(ins)))(*[a.ctypes.data_as(D) for a, _ in ins])
         out_ptrs = (D * max(1, len(outs)))(*[a.ctypes.data_as(D) for a, _ in outs])
         in_st = (I64 * max(2, 2 * len(ins)))(*[s for _, lay in ins for s in lay])
@@ -206,12 +207,13 @@ class NativeKernel:
         `threads`: threads of this call (default: numba's default count, NUMBA_NUM_THREADS or the CPUs),
         one below serial_below points."""
         owner = f"model '{self.name}'"
-        m, inputs = check_inputs(inputs, self.graph.inputs, owner)
-        out = check_outputs(out, self.output_shapes, self.reduced, m, owner)
-        params = self._check_params(params, owner)
-        threads = check_threads(threads)
-        nonfinite = check_nonfinite(nonfinite, m)
-        no_overlap(inputs, out)
+        m, inputs = arguments.inputs(inputs, self.graph.inputs, owner)
+        out = arguments.outputs(out, self.output_shapes, self.reduced, m, owner)
+        tables = {p.split("__", 1)[0] for p in self.graph.params if "__" in p}   # a table's coefficients
+        params = arguments.params(params, self.graph.params, tables, owner)
+        threads = arguments.threads(threads, most=default_threads())
+        nonfinite = arguments.nonfinite(nonfinite, m)
+        arguments.no_overlap(inputs, out)
         results, targets, finish = self._targets(m, out)
         workers = 1 if m < self.serial_below else min(threads or default_threads(), max(m, 1))
         self._batch(m, inputs, targets, workers, None, nonfinite, self.param_array(params))
@@ -219,35 +221,13 @@ class NativeKernel:
             step()
         return results
 
-    def _check_params(self, given, owner):
-        """evaluate's params= (engine/arguments.py params): names of the library's params, not of a table
-        (whose coefficients are params named <param>__<table>), each of its shape."""
-        if given is None:
-            return None
-        if not isinstance(given, dict):
-            raise TypeError(f"params must be a dict of name -> value, got {type(given).__name__}")
-        known = [n for n in self.graph.params if "__" not in n]
-        out = {}
-        for name, value in given.items():
-            if isinstance(name, str) and any(p.startswith(name + "__") for p in self.graph.params):
-                raise ValueError(f"param '{name}' of {owner} is a table or potential: its grid is compiled in; "
-                                 f"override it in a config (params:) or change the model")
-            if name not in known:
-                raise ValueError(f"params: {owner} has no param {name!r} (its params: {', '.join(known) or 'none'})")
-            arr = real_array(f"param '{name}'", value).astype(np.float64)
-            want = self.graph.params[name].shape
-            if arr.shape != want:
-                raise ValueError(f"param '{name}' has shape {arr.shape}, but the model's param has shape {want}")
-            out[name] = arr
-        return out
-
     def _targets(self, m, out):
         """(results to return, float64 arrays the library fills, steps that finish the results): as
         CompiledKernel._targets, a summed result's rows summed exactly, other layouts filled by a copy."""
         results, targets, finish = {}, {}, []
         for name, shape in self.output_shapes.items():
             full, dst = (m,) + shape, out.get(name)
-            if name in self.reduced and (dst is None or _is_exact_sum(dst) or dst.shape == shape):
+            if name in self.reduced and (dst is None or arguments.is_exact_sum(dst) or dst.shape == shape):
                 rows = targets[name] = np.empty(full)
                 results[name] = np.empty(shape) if dst is None else dst
                 finish.append(lambda dst=results[name], rows=rows: _sum_into(dst, rows))
@@ -255,44 +235,12 @@ class NativeKernel:
             if dst is None:
                 dst = np.empty(full)
             results[name] = dst
-            if layout(dst, m, max(1, math.prod(shape)), output=True) is not None:
+            if arguments.layout(dst, m, max(1, math.prod(shape)), output=True) is not None:
                 targets[name] = dst
             else:
                 rows = targets[name] = np.empty(full)
                 finish.append(lambda dst=dst, rows=rows: dst.__setitem__(Ellipsis, rows))
         return results, targets, finish
-
-
-def layout(a, m, size, output=False):
-    """(point stride, entry stride) in doubles of a float64 array `a` (m, *shape) of `size` entries per
-    point whose entries of a point are equally spaced, as the batch call reads and writes in place;
-    None for other arrays, negative or unaligned strides, and (output) read-only arrays or arrays in
-    which two entries share memory (engine/kernel.py strided, whose conditions these are)."""
-    if not isinstance(a, np.ndarray) or a.dtype != np.float64 or any(s < 0 or s % 8 for s in a.strides) \
-            or (output and not a.flags.writeable):
-        return None
-    sk = expect = None
-    for n, st in zip(reversed(a.shape[1:]), reversed(a.strides[1:])):
-        if n == 1:
-            continue
-        if sk is None:
-            sk, expect = st // 8, st * n
-        elif st != expect:
-            return None
-        else:
-            expect = st * n
-    sk = 1 if sk is None else sk
-    si = a.strides[0] // 8 if m > 1 else 0
-    if output and m > 1 and (si == 0 or size > 1 and not (sk >= (m - 1) * si + 1 or si >= (size - 1) * sk + 1)):
-        return None
-    return si, sk
-
-
-def _is_exact_sum(a):
-    """Whether `a` is an ExactSum, without importing numba for the question (one exists only if its
-    module was imported)."""
-    mod = sys.modules.get("adgrad.engine.numeric.exactsum")
-    return mod is not None and isinstance(a, mod.ExactSum)
 
 
 def _sum_into(dst, rows):
@@ -305,94 +253,3 @@ def _sum_into(dst, rows):
         dst[...] = acc.value()
 
 
-# evaluate's argument checks: engine/arguments.py's, whose messages they repeat, without its import of
-# ExactSum (numba). tests/test_native_start.py checks that both refuse the same arguments.
-
-def real_array(where, a):
-    arr = np.asarray(a)
-    if arr.dtype.kind not in "biuf":
-        raise TypeError(f"{where} must hold real numbers, got dtype {arr.dtype}")
-    return arr
-
-
-def _names(kind, noun, given, known, owner):
-    if not isinstance(given, dict):
-        raise TypeError(f"{kind} must be a dict of name -> value, got {type(given).__name__}")
-    unknown = [n for n in given if n not in known]
-    if unknown:
-        raise ValueError(f"{kind}: {owner} has no {noun} {', '.join(repr(n) for n in unknown)} "
-                         f"(its {noun}s: {', '.join(known) or 'none'})")
-
-
-def check_inputs(given, declared, owner):
-    _names("inputs", "input", given, list(declared), owner)
-    m, arrays = None, {}
-    for name, v in declared.items():
-        if name not in given:
-            raise ValueError(f"missing input '{name}' of {owner} (shape (M, *{v.shape}))")
-        a = real_array(f"input '{name}'", given[name])
-        if a.shape[1:] != v.shape or a.ndim != v.rank + 1:
-            raise ValueError(f"input '{name}' must have shape (M, *{v.shape}), got {a.shape}")
-        if m is None:
-            m = a.shape[0]
-        elif a.shape[0] != m:
-            raise ValueError(f"input '{name}' has {a.shape[0]} points, the others have {m}")
-        arrays[name] = a
-    return (0 if m is None else m), arrays
-
-
-def check_outputs(given, shapes, reduced, m, owner):
-    if given is None:
-        return {}
-    _names("out", "result", given, list(shapes), owner)
-    for name, a in given.items():
-        shape = shapes[name]
-        if name in reduced and _is_exact_sum(a):
-            if a.shape != shape:
-                raise ValueError(f"out['{name}'] is an ExactSum of shape {a.shape}, the result has shape {shape}")
-            continue
-        if not isinstance(a, np.ndarray):
-            raise TypeError(f"out['{name}'] must be a numpy array, got {type(a).__name__}")
-        if a.dtype.kind != "f":
-            raise TypeError(f"out['{name}'] must have a float dtype, got {a.dtype}")
-        if not a.flags.writeable:
-            raise ValueError(f"out['{name}'] is read-only")
-        full = (m,) + shape
-        if a.shape != full and not (name in reduced and a.shape == shape):
-            also = f" or {shape} (the sum)" if name in reduced else ""
-            raise ValueError(f"out['{name}'] must have shape {full}{also}, got {a.shape}")
-    return given
-
-
-def check_nonfinite(flags, m):
-    if flags is None:
-        return None
-    if not isinstance(flags, np.ndarray) or flags.dtype != np.bool_:
-        what = flags.dtype if isinstance(flags, np.ndarray) else type(flags).__name__
-        raise TypeError(f"nonfinite must be a numpy bool array of shape ({m},), got {what}")
-    if flags.shape != (m,):
-        raise ValueError(f"nonfinite must have shape ({m},) (one flag per point), got {flags.shape}")
-    if not flags.flags.writeable or not flags.flags.c_contiguous:
-        raise ValueError("nonfinite must be a writable, C-contiguous array")
-    return flags
-
-
-def check_threads(n):
-    """threads=: None or an int from 1 to numba's thread count (default_threads), as for a compiled kernel."""
-    if n is None:
-        return None
-    most = default_threads()
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 1 <= n <= most:
-        raise ValueError(f"threads must be None or an integer from 1 to {most} (numba's NUMBA_NUM_THREADS), "
-                         f"got {n!r}")
-    return int(n)
-
-
-def no_overlap(inputs, out):
-    """engine/kernel.py _no_overlap: no out array shares memory with an input or another out array."""
-    arrays = [(f"out['{n}']", a) for n, a in out.items() if isinstance(a, np.ndarray)]
-    others = arrays + [(f"input '{n}'", a) for n, a in inputs.items() if isinstance(a, np.ndarray)]
-    for k, (name, a) in enumerate(arrays):
-        for other, b in others[k + 1:]:
-            if np.shares_memory(a, b):
-                raise ValueError(f"{name} shares memory with {other}: give each output its own array")
