@@ -3,7 +3,7 @@
 A step: a neighbour list (neighbours.py, kept between steps while no atom has moved more than half the
 skin), packed into the model's padded inputs R / valid / s / sn, one evaluate of E and dE/dR into reused
 buffers, then forces and the virial assembled from dE/dR. Packing and assembly are numba loops over parts
-of the atoms (PART atoms at least, MAX_PARTS parts at most) on adgrad's threads (engine/kernel.py
+of the atoms (PART atoms at least, MAX_PARTS parts at most, a power of two) on adgrad's threads (engine/kernel.py
 run_threads, as the kernel's). A part packs its rows (the same bits as one loop) and scatters its rows'
 terms into forces and a virial of its own; the parts' forces are then summed in part order. The parts
 follow from the number of atoms alone: the same bits on any thread count, and within round-off of one
@@ -40,7 +40,7 @@ from .neighbours import lattice, neighbour_list
 SLOTS = 4       # neighbour slots come in multiples of this: runs whose counts differ by one share a kernel
 # a potential format -> its constant that is the cutoff
 CUTOFFS = {"eam": "cutoff", "eam/alloy": "cutoff", "eam/fs": "cutoff", "sw": "cut", "tersoff": "cut"}
-PART = 1024     # atoms at least in a part of packing and assembly (a thread's wake-up: ~0.1 ms)
+PART = 256      # atoms at least in a part of packing and assembly (a thread's wake-up: ~0.1 ms)
 MAX_PARTS = 8   # parts at most: each holds forces for every atom (24 bytes an atom)
 FLAT = 1e-12    # periodic cell vectors whose smallest singular value is below this fraction of the largest: dependent
 
@@ -469,9 +469,10 @@ def _listed(index):
 
 
 def _parts(n):
-    """Part boundaries over n atoms: at least PART atoms a part, at most MAX_PARTS parts; they follow from n
-    alone, so the forces (a sum over the parts) have the same bits on any thread count."""
-    P = max(1, min(MAX_PARTS, n // PART))
+    """Part boundaries over n atoms: at least PART atoms a part, at most MAX_PARTS parts, a power of two (as
+    many parts on each of 1, 2, 4 or 8 threads). They follow from n alone, so the forces (a sum over the
+    parts) have the same bits on any thread count."""
+    P = 1 << max(0, int(min(MAX_PARTS, n // PART)).bit_length() - 1)
     return np.arange(P + 1) * n // P
 
 
@@ -510,17 +511,28 @@ def _pack(t0, t1, x, first, j, S, cell, cutsq, species, R, valid, index, sn):
 @njit(cache=True, nogil=True)
 def _assemble(t0, t1, g, index, R, forces, virial):
     """Rows t0 <= i < t1: F_i += dE_i/dR_ik and F_j -= dE_i/dR_ik for R_ik = x_j - x_i; virial += R_ik (outer)
-    dE_i/dR_ik (= dE/d(strain), the stress times the volume). A scatter to j, in row then slot order."""
+    dE_i/dR_ik (= dE/d(strain), the stress times the volume). A scatter to j, in row then slot order; the
+    virial summed in locals (the parts' virials share cache lines: written once, at the end)."""
+    v00, v01, v02, v10, v11, v12, v20, v21, v22 = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
     for i in range(t0, t1):
         for k in range(g.shape[1]):
             a = index[i, k]
             if a < 0:
                 break                   # padding comes after the neighbours
-            for c in range(3):
-                forces[i, c] += g[i, k, c]
-                forces[a, c] -= g[i, k, c]
-                for d in range(3):
-                    virial[c, d] += R[i, k, c] * g[i, k, d]
+            g0, g1, g2 = g[i, k, 0], g[i, k, 1], g[i, k, 2]
+            r0, r1, r2 = R[i, k, 0], R[i, k, 1], R[i, k, 2]
+            forces[i, 0] += g0
+            forces[a, 0] -= g0
+            forces[i, 1] += g1
+            forces[a, 1] -= g1
+            forces[i, 2] += g2
+            forces[a, 2] -= g2
+            v00, v01, v02 = v00 + r0 * g0, v01 + r0 * g1, v02 + r0 * g2
+            v10, v11, v12 = v10 + r1 * g0, v11 + r1 * g1, v12 + r1 * g2
+            v20, v21, v22 = v20 + r2 * g0, v21 + r2 * g1, v22 + r2 * g2
+    virial[0, 0], virial[0, 1], virial[0, 2] = v00, v01, v02
+    virial[1, 0], virial[1, 1], virial[1, 2] = v10, v11, v12
+    virial[2, 0], virial[2, 1], virial[2, 2] = v20, v21, v22
 
 
 @njit(cache=True, nogil=True)
