@@ -44,6 +44,10 @@ SECTIONS = {
     "felupe_material": ("The felupe material", ["felupe_material.py"], ["--quick"]),
     "compile_times": ("Cold compile times, as a new install pays them", ["compile_times.py"], []),
     "native": ("The exported native library against the numba kernel", ["native.py"], ["--quick"]),
+    "kim_lammps": ("adgrad's KIM models in LAMMPS against LAMMPS's own pair styles", ["kim_lammps.py"],
+                   ["--steps", "50", "--repeats", "2"]),
+    "neighbours": ("Neighbour lists: adgrad's cell list, the ASE calculator's, matscipy's, LAMMPS's",
+                   ["neighbours.py"], []),
     "calculix": ("A CalculiX job with the exported J2 UMAT against CalculiX's own", ["calculix.py"],
                  ["--size", "6", "--repeats", "3"]),
 }

@@ -9,8 +9,8 @@ are shared by both), the ratio KIM / own on the same ranks (targets: EAM <= 1.3,
 <= 1.5), and the strong scaling 1 -> 2 ranks of each (time on 1 / time on 2) with its ratio KIM /
 own (target >= 1). Medians of the repeats; a PNG bar chart with --plot.
 
-    python benchmarks/lammps.py                          # 200 steps, 3 repeats
-    python benchmarks/lammps.py --steps 100 --repeats 5 --plot /tmp/lammps.png
+    python benchmarks/kim_lammps.py                          # 200 steps, 3 repeats
+    python benchmarks/kim_lammps.py --steps 100 --repeats 5 --plot /tmp/lammps.png
 
 Needs /usr/bin/lmp (Debian's lammps, built with KIM), /usr/bin/mpirun (openmpi-bin), libkim-api-dev
 and lammps-data (.ci/kim.sh installs them).
