@@ -372,3 +372,29 @@ def test_parts_give_the_same_bits_on_any_thread_count_and_the_serial_sums_within
     assert (np.abs(one[1] - serial[1]) <= 2 * count[:, None] * eps * terms).all()
     assert not np.array_equal(one[1], serial[1])        # the grouping did change (else the bound tests nothing)
     np.testing.assert_allclose(one[2], serial[2], rtol=1e-13, atol=1e-15)
+
+
+def test_a_row_that_loses_neighbours_is_padded_again(cu):
+    """The pack rewrites only the slots the last pack filled: a free cluster expanded by 12% within the
+    skin (the list kept), its third shell leaving the cutoff, leaves no stale neighbour in any row, and
+    the results equal a fresh calculator's."""
+    atoms = copper(reps=2, rattle=0.0)
+    atoms.pbc = False
+    calc = AdgradCalculator(cu.path, cu.cutoff, {"Cu": 0}, skin=3.0, log=None)
+    atoms.calc = calc
+    atoms.get_forces()
+    kept, before = calc._list[0], (calc.buffers["index"] >= 0).sum(axis=1)
+    centre = atoms.positions.mean(axis=0)
+    atoms.positions = centre + 1.12 * (atoms.positions - centre)
+    forces = atoms.get_forces()
+    assert calc._list[0] is kept
+    b = calc.buffers
+    count = (b["index"] >= 0).sum(axis=1)
+    assert (count < before).all()
+    for i, m in enumerate(count):
+        assert (b["index"][i, m:] == -1).all() and (b["valid"][i, m:] == 0).all()
+        assert (b["R"][i, m:] == 0).all() and (b["sn"][i, m:] == 0).all() and (b["valid"][i, :m] == 1).all()
+    fresh = atoms.copy()
+    fresh.calc = AdgradCalculator(cu.path, cu.cutoff, {"Cu": 0}, N=calc.width, log=None)
+    np.testing.assert_allclose(forces, fresh.get_forces(), rtol=0, atol=1e-12 * np.abs(forces).max())
+    np.testing.assert_allclose(atoms.get_potential_energies(), fresh.get_potential_energies(), rtol=1e-13)

@@ -326,7 +326,8 @@ class AdgradCalculator(Calculator):
     def _allocate(self, n):
         w = self.width
         self.buffers = {"R": np.zeros((n, w, 3)), "valid": np.zeros((n, w)), "s": np.zeros(n),
-                        "sn": np.zeros((n, w)), "index": np.full((n, w), -1)}
+                        "sn": np.zeros((n, w)), "index": np.full((n, w), -1),
+                        "filled": np.zeros(n, dtype=np.int64)}     # slots of each row not padding now
         self.out = {self.energy: np.empty(n), self.gradient: np.empty((n, w, 3))}
 
     def _pack(self, atoms):
@@ -341,7 +342,7 @@ class AdgradCalculator(Calculator):
 
         def pack(w):
             most[w] = _pack(parts[w], parts[w + 1], x, first, j, S, basis, cutsq, self._species,
-                            b["R"], b["valid"], b["index"], b["sn"])
+                            b["R"], b["valid"], b["index"], b["sn"], b["filled"])
         _run(pack, len(parts) - 1)
         return int(most.max())
 
@@ -483,9 +484,10 @@ def _run(call, parts):
 
 
 @njit(cache=True, nogil=True)
-def _pack(t0, t1, x, first, j, S, cell, cutsq, species, R, valid, index, sn):
-    """Atoms t0 <= i < t1: atom i's neighbours within the cutoff into slots 0, 1, ... of row i, zeros after
-    them; returns the most neighbours of an atom. The vector of pair p is x_j - x_i + S_p cell (S: the cell
+def _pack(t0, t1, x, first, j, S, cell, cutsq, species, R, valid, index, sn, filled):
+    """Atoms t0 <= i < t1: atom i's neighbours within the cutoff into slots 0, 1, ... of row i, padding after
+    them (written only where the last pack wrote neighbours, filled[i] slots); returns the most neighbours
+    of an atom. The vector of pair p is x_j - x_i + S_p cell (S: the cell
     boundaries it crosses), made here rather than by a numpy S @ cell (slower than this whole loop)."""
     width, most = R.shape[1], 0
     for i in range(t0, t1):
@@ -502,9 +504,10 @@ def _pack(t0, t1, x, first, j, S, cell, cutsq, species, R, valid, index, sn):
                     valid[i, k], index[i, k], sn[i, k] = 1.0, a, species[a]
                 k += 1
         most = max(most, k)
-        for q in range(k, width):
+        for q in range(k, filled[i]):
             R[i, q, 0], R[i, q, 1], R[i, q, 2] = 0.0, 0.0, 0.0
             valid[i, q], index[i, q], sn[i, q] = 0.0, -1, 0.0
+        filled[i] = min(k, width)
     return most
 
 
