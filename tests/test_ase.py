@@ -124,6 +124,20 @@ def test_cu_eam_equals_lammps(cu):
     assert atoms.get_potential_energy() == pytest.approx(pe, rel=1e-12)
 
 
+def test_cu_eam_in_parts_equals_lammps(cu):
+    """2,048 atoms: packed and assembled in 8 parts of 256 atoms (the forces summed part by part), against
+    LAMMPS as above."""
+    from adgrad.ase import calculator
+    x, cell = lo.fcc(3.615, 8, 0.15, seed=8)
+    assert len(calculator._parts(len(x))) - 1 == calculator.MAX_PARTS == 8
+    e_ref, f_ref, pe = lo.run(x, cell, np.ones(len(x), dtype=int), "eam", f"1 1 {lo.potential('Cu_u3.eam')}",
+                              (63.55,))
+    atoms = Atoms(f"Cu{len(x)}", positions=x, cell=cell, pbc=True, calculator=cu)
+    assert np.abs(atoms.get_potential_energies() - e_ref).max() <= 1e-10 * np.abs(e_ref).max()
+    assert np.abs(atoms.get_forces() - f_ref).max() <= 1e-10 * np.abs(f_ref).max()
+    assert atoms.get_potential_energy() == pytest.approx(pe, rel=1e-12)
+
+
 def test_model_without_named_sizes(cu_model, cu, tmp_path):
     """A model with literal shapes (R: [78, 3], no sizes:) gets its neighbour slots by input_shapes."""
     text = re.sub(r"sizes:\n  N: .*\n", "", cu_model.read_text())
