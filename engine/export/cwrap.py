@@ -414,33 +414,51 @@ HIDDEN __attribute__((weak)) int numba_attempt_nocopy_reshape(int64_t nd, const 
 """}
 
 
-# x86-64-v3 (AVX, AVX2, BMI1, BMI2, F16C, FMA, LZCNT, MOVBE) with the OS saving the AVX registers
+# x86-64-v3 (AVX, AVX2, BMI1, BMI2, F16C, FMA, LZCNT, MOVBE) and x86-64-v4 (AVX-512 F, BW, CD, DQ, VL),
+# each with the OS saving its registers
 DISPATCH = r"""
-/* The x86-64-v3 code where the CPU has its features (AVX, AVX2, BMI1, BMI2, F16C, FMA, LZCNT, MOVBE,
-   and the OS saves the AVX registers), else the baseline x86-64 code: the same bits either way.
-   ADGRAD_NATIVE_CPU=x86-64 in the environment keeps the baseline code (to test or compare it). */
-static int has_v3(void) {{
+/* The best code the CPU can run: x86-64-v4 where it has AVX-512 (F, BW, CD, DQ, VL), x86-64-v3 where
+   it has AVX, AVX2, BMI1, BMI2, F16C, FMA, LZCNT and MOVBE (each level with the OS saving its
+   registers), else the baseline x86-64 code: the same bits either way. ADGRAD_NATIVE_CPU=x86-64 or
+   x86-64-v3 in the environment keeps that level's code at most (to test or compare it). */
+static int cpu_level(void) {{
     unsigned a, b, c, d, lo, hi;
     if (!__get_cpuid(1, &a, &b, &c, &d))
-        return 0;
+        return 1;
     if (!((c >> 12) & (c >> 22) & (c >> 27) & (c >> 28) & (c >> 29) & 1))   /* FMA MOVBE OSXSAVE AVX F16C */
-        return 0;
+        return 1;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     if ((lo & 6) != 6)                          /* the OS saves the SSE and AVX registers */
-        return 0;
+        return 1;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((b >> 3) & (b >> 5) & (b >> 8) & 1))   /* BMI1 AVX2 BMI2 */
-        return 0;
-    return __get_cpuid(0x80000001, &a, &b, &c, &d) && ((c >> 5) & 1);                   /* LZCNT */
+        return 1;
+    unsigned ebx7 = b;
+    if (!__get_cpuid(0x80000001, &a, &b, &c, &d) || !((c >> 5) & 1))                   /* LZCNT */
+        return 1;
+    /* AVX512F DQ CD BW VL, and the OS saves the opmask and ZMM registers */
+    if ((ebx7 >> 16) & (ebx7 >> 17) & (ebx7 >> 28) & (ebx7 >> 30) & (ebx7 >> 31) & 1 && (lo & 0xe0) == 0xe0)
+        return 4;
+    return 3;
 }}
 
 __attribute__((constructor)) static void choose_variant(void) {{
     const char *force = getenv("ADGRAD_NATIVE_CPU");
-    if ((force && strcmp(force, "x86-64") == 0) || !has_v3())
-        return;
-    k_point = {v3_point};
-    k_batch = {v3_batch};
-    k_strided = {v3_strided};
-    info.cpu = "x86-64-v3";
+    int level = cpu_level();
+    if (force && strcmp(force, "x86-64") == 0)
+        level = 1;
+    else if (force && strcmp(force, "x86-64-v3") == 0 && level > 3)
+        level = 3;
+    if (level == 4) {{
+        k_point = {v4_point};
+        k_batch = {v4_batch};
+        k_strided = {v4_strided};
+        info.cpu = "x86-64-v4";
+    }} else if (level == 3) {{
+        k_point = {v3_point};
+        k_batch = {v3_batch};
+        k_strided = {v3_strided};
+        info.cpu = "x86-64-v3";
+    }}
 }}
 """
 
@@ -483,9 +501,8 @@ def _variants(n, variants):
         lines.append(f"static {kind}_fn *k_{kind} = {inner_name(n, kind, variants[0][0])};")
     if len(variants) == 1:
         return "\n".join(lines), ""
-    assert [cpu for _, cpu in variants] == ["x86-64", "x86-64-v3"], variants
-    tag = variants[1][0]
-    return "\n".join(lines), DISPATCH.format(**{f"v3_{kind}": inner_name(n, kind, tag)
+    assert [cpu for _, cpu in variants] == ["x86-64", "x86-64-v3", "x86-64-v4"], variants
+    return "\n".join(lines), DISPATCH.format(**{f"{tag}{kind}": inner_name(n, kind, tag) for tag, _ in variants[1:]
                                                 for kind in ("point", "batch", "strided")})
 
 
