@@ -43,6 +43,8 @@ SECTIONS = {
     "resume": ("What `--resume` pays to verify its input", ["resume.py"], ["--points", "200000"]),
     "simulations": ("adgrad in simulation loops (ASE, felupe)", ["simulations.py"], ["--quick"]),
     "felupe_material": ("The felupe material", ["felupe_material.py"], ["--quick"]),
+    "direct": ("Kernels translated by codegen/direct.py against numba's front end (run time)", ["direct.py",
+               "--repeats", "31"], []),
     "compile_times": ("Cold compile times, as a new install pays them", ["compile_times.py"], []),
     "native": ("The exported native library against the numba kernel", ["native.py"], ["--quick"]),
     "kim_lammps": ("adgrad's KIM models in LAMMPS against LAMMPS's own pair styles", ["kim_lammps.py"],
