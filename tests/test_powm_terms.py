@@ -15,34 +15,29 @@ import pytest
 from adgrad.engine import compile_model, load_model
 from adgrad.engine.errors import SpecError
 
-TERMS = """\
+
+def model_text(name, W, S):
+    """A model of W and S of C = F.T @ F with three terms' coefficients c and exponents p."""
+    return f"""\
 adgrad: 1
-name: powm_terms
+name: {name}
 inputs:
-  F: {shape: [3, 3]}
+  F: {{shape: [3, 3]}}
 params:
   c: [1.0, 0.01, -0.05]
   p: [0.65, 2.5, -1.0]
 let:
   C: F.T @ F
 outputs:
-  W: sum(c*trace(powm(C, p), axis1=-2, axis2=-1))
-  S: powm(C, p)
+  W: {W}
+  S: {S}
 """
-ONE_BY_ONE = """\
-adgrad: 1
-name: powm_one_by_one
-inputs:
-  F: {shape: [3, 3]}
-params:
-  c: [1.0, 0.01, -0.05]
-  p: [0.65, 2.5, -1.0]
-let:
-  C: F.T @ F
-outputs:
-  W: c[0]*trace(powm(C, p[0])) + c[1]*trace(powm(C, p[1])) + c[2]*trace(powm(C, p[2]))
-  S: stack([powm(C, p[0]), powm(C, p[1]), powm(C, p[2])])
-"""
+
+
+TERMS = model_text("powm_terms", "sum(c*trace(powm(C, p), axis1=-2, axis2=-1))", "powm(C, p)")
+ONE_BY_ONE = model_text("powm_one_by_one",
+                        "c[0]*trace(powm(C, p[0])) + c[1]*trace(powm(C, p[1])) + c[2]*trace(powm(C, p[2]))",
+                        "stack([powm(C, p[0]), powm(C, p[1]), powm(C, p[2])])")
 DERIVATIVES = [("W", "F"), ("W", ["F", "F"])]
 
 
