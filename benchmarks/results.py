@@ -5,7 +5,8 @@ printed under its command, with the date, the commit, the CPU and the load avera
     python benchmarks/results.py --quick         # each script's --quick size where it has one
     python benchmarks/results.py --only eam j2   # these sections, the others kept as they are in RESULTS.md
 
-RESULTS.md holds the present only (the history is git's): a section that was not run is kept from the
+RESULTS.md holds the present only (the history is git's): each script's tables and targets (condense leaves
+out its accuracy checks, first calls and progress lines); a section that was not run is kept from the
 file as it was, with its own date; a script that fails is shown failing, with the end of its stderr.
 """
 from __future__ import annotations
@@ -41,7 +42,8 @@ SECTIONS = {
     "vecmath": ("Vectorized elementary functions against libm", ["vecmath.py"], ["--sizes", "1000000"]),
     "endtoend": ("End-to-end `adgrad run` against compute only", ["endtoend.py"], ["--points", "200000"]),
     "resume": ("What `--resume` pays to verify its input", ["resume.py"], ["--points", "200000"]),
-    "simulations": ("adgrad in simulation loops (ASE, felupe)", ["simulations.py"], ["--quick"]),
+    "simulations": ("adgrad's ASE calculator per MD step, against LAMMPS's fix nve (the felupe material: below)",
+                    ["simulations.py", "--md-only"], ["--quick"]),
     "felupe_material": ("The felupe material", ["felupe_material.py"], ["--quick"]),
     "direct": ("Kernels translated by codegen/direct.py against numba's front end (run time)", ["direct.py",
                "--repeats", "31"], []),
@@ -55,6 +57,17 @@ SECTIONS = {
                  ["--size", "6", "--repeats", "3"]),
 }
 
+
+
+# lines of a script's output that the file leaves out: per-kernel accuracy checks and first calls (each
+# script fails when a check does), its command (the section gives it), notes repeated in every table,
+# compile_times's progress lines (its table has them)
+NOISE = re.compile(r"^\s+check |first call|^command: |^\s+JAX rows skipped|^spread = |^each in a fresh process"
+                   r"|^  \S+: cold [0-9.]+ s$")
+
+
+def condense(text):
+    return "\n".join(line for line in text.splitlines() if not NOISE.search(line))
 
 
 def load_average():
@@ -118,7 +131,7 @@ def main(argv=None):
         f"date and load average. Every figure is a median of its script's timed calls; ratios compare rows of "
         f"one run. Earlier figures are in git's history of this file.", 100) + "\n"
     tmp = args.output.with_suffix(".tmp")
-    tmp.write_text(header + "".join("\n" + s for s in sections.values()))
+    tmp.write_text(header + "".join("\n" + condense(s).rstrip() + "\n" for s in sections.values()))
     os.replace(tmp, args.output)
 
 
