@@ -115,13 +115,7 @@ def test_energies_sum_to_energy(cu, cuni):
 
 def test_cu_eam_equals_lammps(cu):
     """The shipped copper model on Cu_u3.eam through the calculator against LAMMPS's pair_style eam."""
-    x, cell = lo.fcc(3.615, 3, 0.15, seed=7)
-    e_ref, f_ref, pe = lo.run(x, cell, np.ones(len(x), dtype=int), "eam", f"1 1 {lo.potential('Cu_u3.eam')}",
-                              (63.55,))
-    atoms = Atoms(f"Cu{len(x)}", positions=x, cell=cell, pbc=True, calculator=cu)
-    assert np.abs(atoms.get_potential_energies() - e_ref).max() <= 1e-10 * np.abs(e_ref).max()
-    assert np.abs(atoms.get_forces() - f_ref).max() <= 1e-10 * np.abs(f_ref).max()
-    assert atoms.get_potential_energy() == pytest.approx(pe, rel=1e-12)
+    assert_equals_lammps(cu, *lo.fcc(3.615, 3, 0.15, seed=7))
 
 
 def test_cu_eam_in_parts_equals_lammps(cu):
@@ -130,6 +124,12 @@ def test_cu_eam_in_parts_equals_lammps(cu):
     from adgrad.ase import calculator
     x, cell = lo.fcc(3.615, 8, 0.15, seed=8)
     assert len(calculator._parts(len(x))) - 1 == calculator.MAX_PARTS == 8
+    assert_equals_lammps(cu, x, cell)
+
+
+def assert_equals_lammps(cu, x, cell):
+    """Copper at x in a periodic cell through the calculator: energies, forces and energy against LAMMPS's
+    pair_style eam on Cu_u3.eam."""
     e_ref, f_ref, pe = lo.run(x, cell, np.ones(len(x), dtype=int), "eam", f"1 1 {lo.potential('Cu_u3.eam')}",
                               (63.55,))
     atoms = Atoms(f"Cu{len(x)}", positions=x, cell=cell, pbc=True, calculator=cu)
