@@ -121,6 +121,7 @@ class NativeKernel:
         self.kernel_sha256, self.model_sha256, self.cpu = info["kernel_sha256"], info["model_sha256"], info["cpu"]
         self.param_values = {a["name"]: info["param_defaults"][a["offset"]:a["offset"] + a["size"]].reshape(a["shape"])
                              for a in info["params"]}
+        self._tables = {p.split("__", 1)[0] for p in self.graph.params if "__" in p}    # a table's coefficients
         self.serial_below = SERIAL_BELOW
         self.native = True          # (the job's test: not a CompiledKernel)
         self.modes = {}             # not recorded in a library; `adgrad run --native` knows them (job/native.py)
@@ -209,13 +210,13 @@ class NativeKernel:
         owner = f"model '{self.name}'"
         m, inputs = arguments.inputs(inputs, self.graph.inputs, owner)
         out = arguments.outputs(out, self.output_shapes, self.reduced, m, owner)
-        tables = {p.split("__", 1)[0] for p in self.graph.params if "__" in p}   # a table's coefficients
-        params = arguments.params(params, self.graph.params, tables, owner)
-        threads = arguments.threads(threads, most=default_threads())
+        params = arguments.params(params, self.graph.params, self._tables, owner)
+        most = default_threads()
+        threads = arguments.threads(threads, most=most)
         nonfinite = arguments.nonfinite(nonfinite, m)
         arguments.no_overlap(inputs, out)
         results, targets, finish = self._targets(m, out)
-        workers = 1 if m < self.serial_below else min(threads or default_threads(), max(m, 1))
+        workers = 1 if m < self.serial_below else min(threads or most, max(m, 1))
         self._batch(m, inputs, targets, workers, None, nonfinite, self.param_array(params))
         for step in finish:
             step()
