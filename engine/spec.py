@@ -220,7 +220,6 @@ class DatasetName(str):
 class InputSection:
     path: str | None = None     # absolute
     datasets: dict = field(default_factory=dict)    # model input -> dataset name (its own by default)
-    one_based: tuple = ()       # inputs whose datasets count from 1: their DatasetName's offset is -1
 
 
 @dataclass(frozen=True)
@@ -901,7 +900,7 @@ def _input_section(doc, node, model, base_dir, locs):
         if one_based.count(name) > 1:
             raise doc.error(e["one_based"], f"input.one_based: '{name}' is named twice")
         datasets[name] = DatasetName(datasets[name], -1.0)
-    return InputSection(_relative(base_dir, _path(doc, e["path"], "input.path")), datasets, one_based)
+    return InputSection(_relative(base_dir, _path(doc, e["path"], "input.path")), datasets)
 
 
 def _output_section(doc, node, base_dir):
