@@ -829,7 +829,7 @@ def _twin(fn):
     return twin
 
 
-INLINE_MAX = 1000      # statements: a longer body is a function LLVM calls, not inlines (codegen/load.py)
+INLINE_MAX = 1000      # statements: a longer body is a function LLVM calls, not inlines (why: codegen/load.py)
 
 
 def direct(fn):

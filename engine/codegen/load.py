@@ -4,8 +4,8 @@ The file is named by the hash of its text and of the numeric helper modules it i
 functions are jitted with cache=True, so numba's own disk cache (next to the file) makes a second run
 of the same model skip compilation. numba's cache of adgrad's own cache=True helpers (engine/numeric,
 the tools, the adapters) lives in the same directory, never beside the installed sources (see
-engine/numeric/cache.py, which also verifies the numba files of every entry). The cache only buys speed: a full disk makes a warning
-and a run without it, never an error.
+engine/numeric/cache.py, which also verifies the numba files of every entry). The cache only buys speed:
+a full disk makes a warning and a run without it, never an error.
 
 The bodies of `point` (or of a lanes kernel's `lanes`) are translated to LLVM IR by codegen/direct.py
 when they are of its subset (every body the code generator writes today), not by numba's front end: a
@@ -52,8 +52,8 @@ HELPERS = tuple(dict.fromkeys([h for op in OPS.values() for h in op.helpers] + [
 # fields one by one, about 40 cycles per point: 20% of the neo-Hookean tangent's time (2026-11-26, one
 # thread, 69.6 -> 56.0 ns/point), 2-4% of EAM's. A longer body amortizes the call, and compiles slower
 # inlined (Ogden's tangent, 1,900 statements: 0.8 s more for 2%). The same option inlines `point` into the
-# caller's own numba code.
-INLINE_MAX = 1000
+# caller's own numba code. One limit for both code forms (direct.py counts a translated body's statements).
+INLINE_MAX = direct.INLINE_MAX
 
 # A driver is a serial function that every thread of a call runs at once (engine/kernel.py
 # run_threads; the GIL is released here): each takes the next block of rows from the shared counter
