@@ -113,7 +113,7 @@ class Material(felupe.ConstitutiveMaterial):
             if F == "F":
                 raise ValueError(f"strain='small' gives input 'F' of model '{model.name}' the small strain "
                                  f"sym(F) - I, but it is named like the deformation gradient; leave strain=None")
-            model, F = small_strain(model, F), small_strain_name(model)
+            model, F = small_strain(model, F)
             inputs, outputs = model.graph.inputs, model.graph.outputs
         self.model, self.threads, self.F = model, threads, F
         if energy is None and stress is None:        # among the outputs that are not new states
@@ -226,10 +226,10 @@ def small_strain_name(model):
 
 
 def small_strain(model, strain):
-    """`model` with its input `strain` replaced by the deformation gradient F and the let
-    `strain = (F + F.T)/2 - eye(3)` (felupe's small strain) before its own: derivatives wrt F are then
-    the chain rule's. Its params keep their current values; hand-written derivatives (wrt the strain)
-    and the export section are dropped."""
+    """(`model` with its input `strain` replaced by the deformation gradient F and the let
+    `strain = (F + F.T)/2 - eye(3)` (felupe's small strain) before its own, the name of F): derivatives wrt
+    F are then the chain rule's. Its params keep their current values; hand-written derivatives (wrt the
+    strain) and the export section are dropped."""
     spec, F = model.spec, small_strain_name(model)
     decl = spec.inputs[strain]
     inputs = {(F if n == strain else n): (InputDecl(F, (3, 3), (-0.1, 0.1, "identity"), decl.loc) if n == strain
@@ -238,4 +238,4 @@ def small_strain(model, strain):
     wrapped = build(dataclasses.replace(spec, inputs=inputs, lets={strain: let, **spec.lets}, derivatives={},
                                         export=None))
     wrapped.param_values = dict(model.param_values)
-    return wrapped
+    return wrapped, F
