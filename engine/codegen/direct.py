@@ -63,7 +63,6 @@ BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, 
 UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
 COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
            ast.Eq: operator.eq, ast.NotEq: operator.ne}
-INTEGERS = (types.Integer, types.IntegerLiteral)
 FLOATS = (types.float64, types.float64)
 # numba's implementations of these on two float64 (numba/cpython/numbers.py real_*_impl) are one instruction
 # each (a division by zero checked first under error_model="python", which the kernels do not use)
@@ -642,12 +641,12 @@ class _Translator:
 
     def truth(self, value):
         ty, val = value
-        return val if isinstance(ty, (types.Boolean, types.BooleanLiteral)) else \
+        return val if isinstance(ty, types.Boolean) else \
             self.context.cast(self.builder, val, ty, types.boolean)
 
     def integer(self, node):
         ty, val = self.expr(node)
-        if not isinstance(ty, INTEGERS):
+        if not isinstance(ty, types.Integer):
             raise Unsupported(f"a range bound of type {ty}")
         return self.context.cast(self.builder, val, ty, types.intp)
 
@@ -673,7 +672,7 @@ class _Translator:
 
     def conjunction(self, values, both):
         """and (`both`) or or of booleans (no side effects, so every one evaluated); of literals, decided."""
-        if any(not isinstance(t, (types.Boolean, types.BooleanLiteral)) for t, _ in values):
+        if any(not isinstance(t, types.Boolean) for t, _ in values):
             raise Unsupported("and/or of values that are not booleans")
         if all(isinstance(t, types.BooleanLiteral) for t, _ in values):
             flags = [t.literal_value for t, _ in values]
@@ -773,7 +772,7 @@ class _Translator:
             raise Unsupported(f"an element of a {aty}")
         data, shape, strides = self.array(name, aty, value)
         ity, idx = self.expr(e.slice)
-        if not isinstance(ity, INTEGERS):
+        if not isinstance(ity, types.Integer):
             raise Unsupported(f"an index of type {ity}")
         idx = self.context.cast(self.builder, idx, ity, types.intp)
         if aty.layout == "C":               # get_item_pointer2's address without its multiply by 1 and add of 0
