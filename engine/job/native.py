@@ -27,6 +27,11 @@ from ..version import __version__
 RECORDS = "native-runs"         # under the adgrad cache: one JSON file per checked (library, config)
 
 
+def is_native(kernel):
+    """Whether `kernel` is an exported library (engine/export/native.py NativeKernel), not a CompiledKernel."""
+    return getattr(kernel, "native", False)
+
+
 def params_sha256(param_values: dict) -> str:
     """The output file's params_sha256: a hash of every param's name, shape and values."""
     h = hashlib.sha256()

@@ -90,7 +90,7 @@ class _Compute:
         self.workspace = kernel.workspace(threads)
         self.names = list(kernel.graph.inputs)
         self.labels = {name: f"input dataset '{ds.name.lstrip('/')}'" for name, ds in reader.datasets.items()}
-        self.native = getattr(kernel, "native", False)     # an exported library: no numba helpers
+        self.native = natives.is_native(kernel)     # an exported library: no numba helpers
 
     def __call__(self, slot, n):
         t0 = time.perf_counter()

@@ -230,7 +230,7 @@ def _open(config, params_sha, kernel, reader, out_path, resuming, part, req, sho
             plan = Plan(row_start, row_stop - row_start, chunk)
             out.fits(kernel.output_shapes, kernel.reduced, plan.rows, plan.chunks)
             if not req.trust_input:
-                verify_input(out, reader, plan, list(kernel.graph.inputs), should_stop, _is_native(kernel))
+                verify_input(out, reader, plan, list(kernel.graph.inputs), should_stop, natives.is_native(kernel))
         except (DataError, Interrupted):
             out.close()
             raise
@@ -303,7 +303,7 @@ def _size(n):
 
 def _threads(requested, kernel):
     """Threads for `requested` (0 = all cores, capped there): numba's count, or a library's (the same)."""
-    if _is_native(kernel):
+    if natives.is_native(kernel):
         available = kernel.max_threads
     else:
         import numba
@@ -313,11 +313,6 @@ def _threads(requested, kernel):
 
 def _sha(data: bytes):
     return hashlib.sha256(data).hexdigest()
-
-
-def _is_native(kernel):
-    """Whether `kernel` is an exported library (engine/export/native.py NativeKernel), not a CompiledKernel."""
-    return getattr(kernel, "native", False)
 
 
 def _versions():
@@ -335,7 +330,7 @@ def _versions():
 
 
 def _provenance(config, params_sha, kernel, m, part, rows, threads):
-    kernel_sha = kernel.kernel_sha256 if _is_native(kernel) else _sha(kernel.source.encode())
+    kernel_sha = kernel.kernel_sha256 if natives.is_native(kernel) else _sha(kernel.source.encode())
     attrs = {
         "adgrad_version": __version__, "model_yaml": config.model.text, "config_yaml": config.text,
         "model_sha256": _sha(config.model.text.encode()), "config_sha256": _sha(config.text.encode()),
