@@ -161,7 +161,6 @@ CHECK_DOC = '''
     the API) share one compiled driver in the cache.'''
 
 
-
 def module_source(model_name, globals_lines, point_args, body_lines, per_point, math="vector", lanes=None,
                   translate=None):
     """The whole kernel module. `per_point[k]` says whether point_args[k] is indexed by point; `math`
@@ -362,7 +361,7 @@ def _load_cached(name, digest, source):
         state = numba_cache_state(path)
         if state == "damaged":
             warn(f"a compiled kernel in {os.path.dirname(path)}/__pycache__ for {os.path.basename(path)} was "
-                  f"damaged; discarded, recompiling")
+                 f"damaged; discarded, recompiling")
         if state != "ok":           # unverified (never sealed: an older adgrad, a crash): rebuilt quietly
             discard_numba_cache(path)
         cold = state != "ok"
@@ -427,7 +426,6 @@ def _holds(path, source):
             return f.read() == source
     except (OSError, UnicodeDecodeError):
         return False
-
 
 
 def seal(module):

@@ -114,6 +114,7 @@ def discard_numba_cache(path):
             pass
 
 
+_SEALED_VERSIONS = 8    # per file: more than the processes that compile one entry at the same moment
 
 
 def seal_path(path):
@@ -136,9 +137,6 @@ def seal_path(path):
         pass                    # a cache we cannot write to is only slower, never wrong
 
 
-_SEALED_VERSIONS = 8    # per file: more than the processes that compile one entry at the same moment
-
-
 def warn(message):
     print(f"adgrad: warning: {message}", file=sys.stderr)
 
@@ -151,7 +149,7 @@ def cannot_write(exc):
     if "write" not in _WARNED:
         _WARNED.add("write")
         warn(f"cannot write to the compile cache {cache_root()} ({os_reason(exc)}); compiling without it "
-              f"(slower to start; free space or set ADGRAD_CACHE_DIR)")
+             f"(slower to start; free space or set ADGRAD_CACHE_DIR)")
 
 
 # ---- numba's cache of adgrad's functions ------------------------------------------------------------
@@ -236,7 +234,7 @@ class _AdgradCache(caching.FunctionCache):
             return super().load_overload(sig, target_context)
         except Exception as exc:     # noqa: BLE001  (whatever a damaged file raises: compiled instead)
             warn(f"cannot read the compiled code in {self.cache_path} ({type(exc).__name__}: {exc}); "
-                  f"recompiling")
+                 f"recompiling")
             return None
 
     def save_overload(self, sig, data):
