@@ -57,8 +57,10 @@ class InputReader:
 
     def read(self, start, stop):
         """Rows [start, stop) of every input as new float64 arrays."""
-        return {n: np.asarray(ds[start:stop], dtype=np.float64) + self.offsets.get(n, 0.0)
-                for n, ds in self.datasets.items()}
+        rows = {n: np.asarray(ds[start:stop], dtype=np.float64) for n, ds in self.datasets.items()}
+        for name, offset in self.offsets.items():
+            rows[name] += offset        # (only these: adding 0.0 to the others copied them, and made -0.0 +0.0)
+        return rows
 
     def rows(self, start, stop, buffers: dict):
         """Rows [start, stop) of every input as [(lo, hi, {name: rows lo..hi})], lo and hi counted
