@@ -360,7 +360,7 @@ class AdgradCalculator(Calculator):
             return forces[0], virial[0]
         total = np.empty((n, 3))
         _run(lambda w: _sum_parts(parts[w], parts[w + 1], forces, total), P)
-        return total, _sum_parts_virial(virial)
+        return total, virial.sum(axis=0)        # in part order, as the forces
 
 
 class FirstUse(numba_event.Listener):
@@ -547,11 +547,3 @@ def _sum_parts(t0, t1, forces, total):
             for w in range(1, forces.shape[0]):
                 f += forces[w, a, c]
             total[a, c] = f
-
-
-def _sum_parts_virial(virial):
-    """The parts' virials summed in part order."""
-    out = virial[0].copy()
-    for v in virial[1:]:
-        out += v
-    return out
