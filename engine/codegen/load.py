@@ -159,6 +159,7 @@ CHECK_DOC = '''
     checked while the row is still in cache (a separate pass over the chunk would read it all from
     memory again). One driver for both, so a process that checks and one that does not (a run and
     the API) share one compiled driver in the cache.'''
+STRIDED_CHECK_DOC = CHECK_DOC.replace("bad[i] is set to whether row i", "bad[s + b] to whether row s + b")
 
 
 def module_source(model_name, globals_lines, point_args, body_lines, per_point, math="vector", lanes=None,
@@ -297,7 +298,7 @@ def _strided(name, point_args, per_point, callee="point"):
     return STRIDED.format(name=name, sargs=_strided_args(point_args, per_point), bufs=bufs, step=STRIDED_BLOCK,
                           call=call, gather="\n".join(move(a) for a in ins) or " " * 12 + "pass",
                           scatter="\n".join(move(a) for a in arrays if a not in ins) or " " * 12 + "pass",
-                          doc=CHECK_DOC.replace("bad[i] is set to whether row i", "bad[s + b] to whether row s + b"))
+                          doc=STRIDED_CHECK_DOC)
 
 
 def _strided_args(point_args, per_point):
@@ -321,7 +322,7 @@ def _lanes_strided(name, point_args, per_point, rows, call):
         name=name, sargs=_strided_args(point_args, per_point), step=step, params=_params(point_args, per_point),
         lanes_call=call, rows=sum(size for _, size in rows.values()),
         gather="\n".join(move(a) for a in ins), scatter="\n".join(move(a) for a in arrays if a not in ins),
-        doc=CHECK_DOC.replace("bad[i] is set to whether row i", "bad[s + b] to whether row s + b"))
+        doc=STRIDED_CHECK_DOC)
 
 
 def load(source):
