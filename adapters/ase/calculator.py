@@ -34,6 +34,7 @@ import adgrad.engine.numeric.cache  # noqa: F401  (first: numba caches the cache
 from adgrad.engine.api import compile_model, load_model
 from adgrad.engine.kernel import run_threads
 from adgrad.engine.potentials import Potential
+from adgrad.engine.tools.cell_list import independent
 
 from .neighbours import lattice, neighbour_list
 
@@ -42,7 +43,6 @@ SLOTS = 4       # neighbour slots come in multiples of this: runs whose counts d
 CUTOFFS = {"eam": "cutoff", "eam/alloy": "cutoff", "eam/fs": "cutoff", "sw": "cut", "tersoff": "cut"}
 PART = 256      # atoms at least in a part of packing and assembly (a thread's wake-up: ~0.1 ms)
 MAX_PARTS = 8   # parts at most: each holds forces for every atom (24 bytes an atom)
-FLAT = 1e-12    # periodic cell vectors whose smallest singular value is below this fraction of the largest: dependent
 
 
 def stderr(line):
@@ -273,9 +273,7 @@ class AdgradCalculator(Calculator):
             raise ValueError(f"atoms.positions: {where}; positions must be finite (did the dynamics diverge?)")
         if not np.isfinite(cell).all():
             raise ValueError(f"atoms.cell holds NaN or infinity: {cell.tolist()}")
-        rows = cell[pbc]
-        singular = np.linalg.svd(rows, compute_uv=False) if len(rows) else np.ones(1)
-        if not singular.min() > FLAT * singular.max():
+        if not independent(cell[pbc]):
             axes = "".join(np.array(["a", "b", "c"])[pbc])
             raise ValueError(f"atoms.cell: the vectors of its periodic directions ({', '.join(axes)}; pbc "
                              f"{pbc.tolist()}) are zero or linearly dependent: {cell.tolist()}; a periodic direction "

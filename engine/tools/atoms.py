@@ -40,9 +40,7 @@ def neighbours(positions, cell, cutoff, species=None, max_neighbours=None, pbc=T
     periodic = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,))
     if cell.shape != (3, 3) or not np.isfinite(cell[periodic]).all():
         raise ValueError(f"cell: a (3, 3) array of cell vectors (rows), finite along periodic directions; got {cell}")
-    rows = cell[periodic]
-    singular = np.linalg.svd(rows, compute_uv=False) if len(rows) else np.ones(1)
-    if not singular.min() > 1e-12 * singular.max():
+    if not cell_list.independent(cell[periodic]):
         raise ValueError(f"cell: the vectors of the periodic directions (pbc {periodic.tolist()}) are zero or "
                          f"linearly dependent: {cell.tolist()}")
     cutoff = float(cutoff)

@@ -28,6 +28,7 @@ SLACK = 1e-9            # relative room for rounding in the bin widths: a pair a
 SPLIT = 2               # bins a cutoff thick: 5^3 half-cutoff bins hold 42% fewer candidates than 3^3 whole ones
 PART = 4096             # atoms at least in each thread's part of the search
 MAX_IMAGES = 1 << 20    # bins an atom meets (and image shifts tabulated): a cell far thinner than the cutoff is refused
+FLAT = 1e-12            # cell vectors whose smallest singular value is below this fraction of the largest: dependent
 
 
 def lattice(cell, pbc):
@@ -42,6 +43,12 @@ def lattice(cell, pbc):
         complement = np.linalg.svd(rows if len(rows) else np.zeros((1, 3)))[2][len(rows):]
         basis[~periodic] = complement
     return basis, np.linalg.inv(basis)
+
+
+def independent(rows):
+    """Whether the cell vectors `rows` (k, 3; finite) are linearly independent, to within FLAT (no rows: they are)."""
+    singular = np.linalg.svd(rows, compute_uv=False) if len(rows) else np.ones(1)
+    return bool(singular.min() > FLAT * singular.max())
 
 
 def face_distances(inverse):
@@ -290,4 +297,4 @@ def _pad(t0, t1, start, count, U, C, order, ps, p, shifts, species, R, valid, in
             valid[i, k], index[i, k], sn[i, k] = 0.0, -1, 0
 
 
-__all__ = ["Pairs", "face_distances", "lattice", "padded", "pairs"]
+__all__ = ["Pairs", "face_distances", "independent", "lattice", "padded", "pairs"]
