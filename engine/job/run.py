@@ -175,8 +175,7 @@ def _job(config, target, resuming, part, req, t_start, publish):
         from ..model import build
         model = build(config.model).with_params(config.params)
         shapes = input_shapes(config, model)
-        # model inputs map through input.datasets; a jvp direction or vjp cotangent names its dataset itself
-        reader = InputReader(config.input.path, {n: config.input.datasets.get(n, n) for n in shapes}, shapes)
+        reader = _reader(config, shapes)
         try:
             from numba.core import event as numba_event
             kernel = _kernel(config, model, req.log)
@@ -206,7 +205,7 @@ def _native_job(config, target, resuming, part, req, t_start, publish, should_st
     t0, kernel = time.perf_counter(), req.native
     natives.check_results(config, kernel)
     shapes = {n: v.shape for n, v in kernel.graph.inputs.items()}
-    reader = InputReader(config.input.path, {n: config.input.datasets.get(n, n) for n in shapes}, shapes)
+    reader = _reader(config, shapes)
     try:
         params_sha, cold = natives.prepare(config, kernel, req.log)
         summary = _run(config, params_sha, kernel, reader, target, resuming, part, req, should_stop, t_start,
@@ -215,6 +214,12 @@ def _native_job(config, target, resuming, part, req, t_start, publish, should_st
         reader.close()
     summary.compiled, summary.native = cold, kernel.library
     return summary
+
+
+def _reader(config, shapes):
+    """The input file's datasets of `shapes`' inputs: a model input's through input.datasets; a jvp
+    direction or vjp cotangent names its dataset itself."""
+    return InputReader(config.input.path, {n: config.input.datasets.get(n, n) for n in shapes}, shapes)
 
 
 def _open(config, params_sha, kernel, reader, out_path, resuming, part, req, should_stop):
