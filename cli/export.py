@@ -1,9 +1,8 @@
 """`adgrad export MODEL_OR_CONFIG -o DIR`: the compiled model as a native library and a C header."""
 import click
 
-from adgrad.engine.export import CPUS
-
 from adgrad.engine.errors import DataError
+from adgrad.engine.export import CPUS
 
 from .common import load_model_or_config, reports_errors
 
@@ -54,10 +53,10 @@ def export(model_or_config, directory, name, cpu, mode, umat, kim_name, species,
       adgrad export configs/models/j2_voce.yaml --umat -o build/j2umat
       adgrad export configs/cu_eam_model.yaml --kim adgrad_cu_eam -o build/kim
     """
+    if (species is not None or cutoff is not None) and kim_name is None:    # before the model is loaded
+        raise DataError("--species and --cutoff go with --kim")
     model, config = load_model_or_config(model_or_config)
     from adgrad.engine.export.build import export_model
-    if (species is not None or cutoff is not None) and kim_name is None:
-        raise DataError("--species and --cutoff go with --kim")
     kim = None if kim_name is None else {
         "name": kim_name, "cutoff": cutoff,
         "species": None if species is None else tuple(s.strip() for s in species.split(","))}
