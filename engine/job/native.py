@@ -41,15 +41,16 @@ def params_sha256(param_values: dict) -> str:
     return h.hexdigest()
 
 
-def prepare(config, kernel, log=None):
+def prepare(config, kernel, compile_config):
     """Check that `kernel` (engine/export/native.py NativeKernel, whose check_results passed) is the
     kernel `config` compiles to, set its params to the config's and its modes; returns (params_sha256,
-    whether the check compiled a kernel not in the compile cache). Another kernel is a DataError that
-    says how to export the right one."""
+    whether the check compiled a kernel not in the compile cache). compile_config(): (the config's
+    model, its compiled kernel), as job/run.py's run compiles them, called only if no record has the
+    answer. Another kernel is a DataError that says how to export the right one."""
     path = os.path.join(cache_root(), RECORDS, _key(config, kernel) + ".json")
     record, cold = _read(path, kernel), False
     if record is None:
-        record, cold = _check_kernel(config, kernel, log)
+        record, cold = _check_kernel(config, kernel, *compile_config())
         _write(path, record)
     kernel.use_params(np.array(record["params"], dtype=np.float64))
     kernel.modes = dict(record["modes"])
@@ -74,14 +75,9 @@ def check_results(config, kernel):
                         f"{', '.join(want) or 'nothing'}; {_again(config, kernel)}")
 
 
-def _check_kernel(config, kernel, log):
-    """Compile the config's kernel (numba; from the compile cache after a first run or the export) and
-    compare it with the library's: the record of a library that is this kernel."""
-    from ..compile import compile_model
-    from ..model import build
-    model = build(config.model).with_params(config.params)
-    compiled = compile_model(model, config.compute.derivatives, mode=config.mode, values=list(config.compute.values),
-                             math=config.engine.math, log=log)
+def _check_kernel(config, kernel, model, compiled):
+    """Compare the config's compiled kernel (numba; from the compile cache after a first run or the
+    export) with the library's: the record of a library that is this kernel."""
     if hashlib.sha256(compiled.source.encode()).hexdigest() != kernel.kernel_sha256:
         raise DataError(f"{kernel.library}: is not the kernel {config.path} compiles to (another mode, engine.math, "
                         f"params' grids or adgrad version; kernel_sha256 differs); {_again(config, kernel)}")

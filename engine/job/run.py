@@ -207,7 +207,7 @@ def _native_job(config, target, resuming, part, req, t_start, publish, should_st
     shapes = {n: v.shape for n, v in kernel.graph.inputs.items()}
     reader = _reader(config, shapes)
     try:
-        params_sha, cold = natives.prepare(config, kernel, req.log)
+        params_sha, cold = natives.prepare(config, kernel, lambda: prepare(config, req.log)[:2])
         summary = _run(config, params_sha, kernel, reader, target, resuming, part, req, should_stop, t_start,
                        time.perf_counter() - t0, publish)
     finally:
