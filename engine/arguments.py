@@ -210,3 +210,37 @@ def is_exact_sum(a):
     module was imported)."""
     mod = sys.modules.get("adgrad.engine.numeric.exactsum")
     return mod is not None and isinstance(a, mod.ExactSum)
+
+
+def result_targets(m, out, shapes, reduced):
+    """(results to return, float64 rows the kernel fills, steps that finish the results) of an evaluate
+    of m points with `out` (checked by outputs): an out array the kernel can write in place (layout) is
+    filled directly, another layout or dtype computed in float64 and copied, and a summed result's
+    per-point rows summed exactly into it."""
+    results, targets, finish = {}, {}, []
+    for name, shape in shapes.items():
+        full, dst = (m,) + shape, out.get(name)
+        if name in reduced and (dst is None or is_exact_sum(dst) or dst.shape == shape):
+            rows = targets[name] = np.empty(full)          # per-point rows, summed exactly below
+            results[name] = np.empty(shape) if dst is None else dst
+            finish.append(lambda dst=results[name], rows=rows: _sum_into(dst, rows))
+            continue
+        if dst is None:
+            dst = np.empty(full)
+        results[name] = dst
+        if layout(dst, m, max(1, math.prod(shape)), output=True) is not None:
+            targets[name] = dst
+        else:                       # compute in float64, then cast/copy into the caller's array
+            rows = targets[name] = np.empty(full)
+            finish.append(lambda dst=dst, rows=rows: dst.__setitem__(Ellipsis, rows))
+    return results, targets, finish
+
+
+def _sum_into(dst, rows):
+    from .numeric.exactsum import ExactSum     # numba: only for a summed result
+    if isinstance(dst, ExactSum):       # the caller accumulates across calls (chunks, shards)
+        dst.add(rows)
+    else:                               # exact, so the same bits whatever the order or thread count
+        acc = ExactSum(dst.shape)
+        acc.add(rows)
+        dst[...] = acc.value()

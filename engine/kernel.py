@@ -25,7 +25,6 @@ from numpy.lib.stride_tricks import as_strided
 from .codegen.load import STRIDED_BLOCK, seal    # first: it gives the numba helpers below adgrad's cache
 from . import arguments  # noqa: I001
 from .ir.core import Graph
-from .numeric.exactsum import ExactSum
 
 SERIAL_BELOW = 1024         # points: a call on fewer runs serially on the calling thread
 MIN_BLOCK = 16              # rows per block a thread takes (m / (64 * threads) for large m)
@@ -159,7 +158,7 @@ class CompiledKernel:
         threads = arguments.threads(threads)
         nonfinite = arguments.nonfinite(nonfinite, m)
         arguments.no_overlap(inputs, out)
-        results, targets, finish = self._targets(m, out)
+        results, targets, finish = arguments.result_targets(m, out, self.output_shapes, self.reduced)
         before = numba.get_num_threads() if threads else None
         try:
             if threads:
@@ -173,26 +172,6 @@ class CompiledKernel:
             step()
         return results
 
-    def _targets(self, m, out):
-        """(results to return, float64 rows the driver fills, steps that finish the results)."""
-        results, targets, finish = {}, {}, []
-        for name, shape in self.output_shapes.items():
-            full, dst = (m,) + shape, out.get(name)
-            if name in self.reduced and (dst is None or isinstance(dst, ExactSum) or dst.shape == shape):
-                rows = targets[name] = np.empty(full)          # per-point rows, summed exactly below
-                results[name] = np.empty(shape) if dst is None else dst
-                finish.append(lambda dst=results[name], rows=rows: _sum_into(dst, rows))
-                continue
-            if dst is None:
-                dst = np.empty(full)
-            results[name] = dst
-            size = max(1, int(np.prod(shape)))
-            if dst.dtype == np.float64 and (dst.flags.c_contiguous or strided(dst, m, size, output=True)):
-                targets[name] = dst
-            else:                       # compute in float64, then cast/copy into the caller's array
-                rows = targets[name] = np.empty(full)
-                finish.append(lambda dst=dst, rows=rows: dst.__setitem__(Ellipsis, rows))
-        return results, targets, finish
 
 
 _pools = {}     # (pid, size) -> threads that run_threads adds to the calling one (a forked child has none)
@@ -222,11 +201,3 @@ def run_threads(call, workers):
         for f in others:                # every thread is done before the arrays are handed back
             f.result()
 
-
-def _sum_into(dst, rows):
-    if isinstance(dst, ExactSum):       # the caller accumulates across calls (chunks, shards)
-        dst.add(rows)
-    else:                               # exact, so the same bits whatever the order or thread count
-        acc = ExactSum(dst.shape)
-        acc.add(rows)
-        dst[...] = acc.value()

@@ -215,42 +215,13 @@ class NativeKernel:
         threads = arguments.threads(threads, most=most)
         nonfinite = arguments.nonfinite(nonfinite, m)
         arguments.no_overlap(inputs, out)
-        results, targets, finish = self._targets(m, out)
+        results, targets, finish = arguments.result_targets(m, out, self.output_shapes, self.reduced)
         workers = 1 if m < self.serial_below else min(threads or most, max(m, 1))
         self._batch(m, inputs, targets, workers, None, nonfinite, self.param_array(params))
         for step in finish:
             step()
         return results
 
-    def _targets(self, m, out):
-        """(results to return, float64 arrays the library fills, steps that finish the results): as
-        CompiledKernel._targets, a summed result's rows summed exactly, other layouts filled by a copy."""
-        results, targets, finish = {}, {}, []
-        for name, shape in self.output_shapes.items():
-            full, dst = (m,) + shape, out.get(name)
-            if name in self.reduced and (dst is None or arguments.is_exact_sum(dst) or dst.shape == shape):
-                rows = targets[name] = np.empty(full)
-                results[name] = np.empty(shape) if dst is None else dst
-                finish.append(lambda dst=results[name], rows=rows: _sum_into(dst, rows))
-                continue
-            if dst is None:
-                dst = np.empty(full)
-            results[name] = dst
-            if arguments.layout(dst, m, max(1, math.prod(shape)), output=True) is not None:
-                targets[name] = dst
-            else:
-                rows = targets[name] = np.empty(full)
-                finish.append(lambda dst=dst, rows=rows: dst.__setitem__(Ellipsis, rows))
-        return results, targets, finish
 
-
-def _sum_into(dst, rows):
-    from ..numeric.exactsum import ExactSum         # numba: only for a summed result
-    if isinstance(dst, ExactSum):
-        dst.add(rows)
-    else:
-        acc = ExactSum(dst.shape)
-        acc.add(rows)
-        dst[...] = acc.value()
 
 
