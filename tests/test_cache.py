@@ -80,7 +80,7 @@ def test_other_helper_code_is_another_cache_entry(tmp_path, monkeypatch):
     monkeypatch.setenv("ADGRAD_CACHE_DIR", str(tmp_path))
     source = "import numpy as np\n\n\ndef point():\n    return 1\n"
     load.load(source)
-    monkeypatch.setattr(load, "_helpers_fingerprint", lambda: "other helpers")
+    monkeypatch.setattr(load, "numeric_fingerprint", lambda: "other helpers")
     load.load(source)
     assert len(list(tmp_path.glob("k_*.py"))) == 2
 

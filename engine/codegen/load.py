@@ -29,8 +29,8 @@ import sys
 import types
 
 from ..ir.op import OPS
-from ..numeric.cache import (adopt, cache_dir, cannot_write, discard_numba_cache, numba_cache_state, seal_path,
-                             warn, write_atomic)
+from ..numeric.cache import (adopt, cache_dir, cannot_write, discard_numba_cache, numba_cache_state,
+                             numeric_fingerprint, seal_path, warn, write_atomic)
 from . import direct
 from .vector import LANES_BLOCK
 
@@ -330,7 +330,7 @@ def load(source):
     not verify (the source file's text, numba's files against the checksums `seal` wrote) is discarded
     with a one-line warning and rebuilt, so a damaged cache never breaks a model; a cache that cannot
     be written (a full disk) is warned about in one line and the module compiled without it."""
-    key = source + _helpers_fingerprint() + (_direct_fingerprint() if DIRECT_IMPORT in source else "")
+    key = source + numeric_fingerprint() + (_direct_fingerprint() if DIRECT_IMPORT in source else "")
     digest = hashlib.sha256(key.encode()).hexdigest()[:20]
     name = f"adgrad_kernel_{digest}"
     if name in sys.modules:
@@ -399,19 +399,6 @@ def _load_uncached(name, digest, source):
 
 _LOADED = []        # kernel modules of this process: sealed at exit, whoever called their functions
 atexit.register(lambda: [seal(m) for m in _LOADED])
-
-
-@functools.cache
-def _helpers_fingerprint():
-    """A hash of the numeric modules the kernels import. numba's cache of a kernel holds the helpers it
-    was compiled with, so a kernel compiled against other helper code (an upgraded adgrad) is a
-    different cache entry, never a stale one."""
-    h = hashlib.sha256()
-    numeric = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "numeric")
-    for module in sorted({helper.rpartition(".")[0] or "scalar" for helper in HELPERS}):
-        with open(os.path.join(numeric, module + ".py"), "rb") as f:
-            h.update(f.read())
-    return h.hexdigest()
 
 
 @functools.cache

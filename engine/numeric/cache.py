@@ -205,15 +205,17 @@ class _Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
 
 @functools.cache
 def helper_entry(module, py_file):
-    h = hashlib.sha256(_numeric_fingerprint().encode())
+    h = hashlib.sha256(numeric_fingerprint().encode())
     with open(py_file, "rb") as f:
         h.update(f.read())
     return os.path.join(cache_root(), "helpers", f"{module}-{h.hexdigest()[:16]}", os.path.basename(py_file))
 
 
 @functools.cache
-def _numeric_fingerprint():
-    """A hash of every module of engine/numeric (the helpers any other helper may call)."""
+def numeric_fingerprint():
+    """A hash of every module of engine/numeric: of the helpers any other helper or a kernel may call. numba's
+    cache of a kernel or helper holds the helpers it was compiled with, so one compiled against other helper
+    code (an upgraded adgrad) is a different cache entry, never a stale one."""
     h = hashlib.sha256()
     numeric = os.path.dirname(os.path.abspath(__file__))
     for name in sorted(n for n in os.listdir(numeric) if n.endswith(".py")):
