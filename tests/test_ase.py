@@ -181,12 +181,12 @@ def test_velocity_verlet_conserves_energy(cu):
     assert np.abs(e - e[0]).max() / len(atoms) < 1e-5
 
 
-def test_skin_and_slot_growth_do_not_change_results(cu_model):
+def test_skin_does_not_change_results_and_fixed_slots_grow_with_a_message(cu_model):
     """A neighbour list kept within a skin (rebuilt as atoms drift past half of it) equals one built
-    at every step; slots come in multiples of 4 and grow only when an atom has more neighbours than
-    slots, which the calculator says through its log."""
+    at every step. With N= (one kernel for every atom) the slots grow, in multiples of 4, only when an
+    atom has more neighbours than slots, which the calculator says through its log."""
     lines = []
-    kept = AdgradCalculator(cu_model, cutoff(cu_model), {"Cu": 0}, skin=0.3, log=lines.append)
+    kept = AdgradCalculator(cu_model, cutoff(cu_model), {"Cu": 0}, skin=0.3, N=40, log=lines.append)
     fresh = AdgradCalculator(cu_model, cutoff(cu_model), {"Cu": 0}, skin=0.0, log=None)
     atoms, rng = copper(2, 0.05, seed=5), np.random.default_rng(5)
     start = atoms.positions.copy()
@@ -196,51 +196,81 @@ def test_skin_and_slot_growth_do_not_change_results(cu_model):
         np.testing.assert_allclose(f, fresh.get_forces(atoms), rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(e, fresh.get_potential_energies(atoms), rtol=1e-13)
     assert np.linalg.norm(atoms.positions - start, axis=1).max() > kept.skin     # rebuilt on the way
-    width, kernel = kept.width, kept.kernel
-    assert width % 4 == 0 and not [line for line in lines if "slots" in line and "more than" in line]
+    width = kept.width
+    grown = [line for line in lines if "more than" in line]
+    assert width % 4 == 0 and len(grown) == len(kept.kernels) and max(kept.kernels) == width
+    assert "more than the 40 slots of the kernel" in grown[0] and len(fresh.kernels) > 1, lines
     squeezed = atoms.copy()
     squeezed.set_cell(atoms.cell * 0.85, scale_atoms=True)     # 0.61 of the volume: more neighbours
     squeezed.calc = kept
     f = squeezed.get_forces()
-    assert kept.width > width and kept.width % 4 == 0 and kept.kernel is not kernel
+    assert kept.width > width and kept.width % 4 == 0 and max(kept.kernels) == kept.width
     grown = [line for line in lines if "more than" in line]
-    assert len(grown) == 1 and re.fullmatch(
+    assert len(grown) == len(kept.kernels) and re.fullmatch(
         rf"adgrad: an atom has \d+ neighbours within the cutoff of {cutoff(cu_model):g} A, more than the {width} "
         rf"slots of the kernel; compiling for {kept.width} \(AdgradCalculator\(N=\.\.\.\) sets them from the start\)",
-        grown[0]), grown
+        grown[-1]), grown
     d, h = rng.normal(size=f.shape), 1e-5          # every force at once: the energy along a direction d
     along = [kept.get_potential_energy(Atoms(squeezed.numbers, squeezed.positions + t * d, cell=squeezed.cell,
                                              pbc=True)) for t in (h, -h)]
     assert -np.vdot(f, d) == pytest.approx((along[0] - along[1]) / (2 * h), rel=1e-7)
-    kernel = kept.kernel
+    kernels = dict(kept.kernels)
     squeezed.positions += 0.01
     squeezed.get_forces()
-    assert kept.kernel is kernel                    # no recompile while the slots suffice
+    assert kept.kernels == kernels                  # no recompile while the slots suffice
 
 
-def test_md_at_600_K_does_not_recompile():
+def test_md_at_600_K_compiles_each_width_once():
     """Stillinger-Weber silicon held at 600 K: atoms of the second shell (3.84 A) come within the
-    cutoff (3.77 A) within a few steps, and an atom's neighbours go from 4 to 10 and more. The slots,
-    sized at the first step from the neighbour list within cutoff + skin (16: both shells), hold
-    them: one kernel for the whole run, nothing compiled or said after the first step."""
-    lines = []
-    calc = AdgradCalculator(ROOT / "configs" / "si_sw_model.yaml", log=lines.append)
+    cutoff (3.77 A) within a few steps, and an atom's neighbours go from 4 to 10 and more. Each atom is
+    evaluated by the kernel of its count rounded up to a multiple of 4 (4: 16 terms of the N x N
+    three-body arrays, not 256): the widths the run meets are compiled once each, and every step equals
+    one kernel of 16 slots for every atom (N=16) to round-off."""
+    compiled = []
+    calc = AdgradCalculator(ROOT / "configs" / "si_sw_model.yaml", log=None)
+    one = AdgradCalculator(ROOT / "configs" / "si_sw_model.yaml", N=16, log=None)
+    inner = calc._compile
+    calc._compile = lambda width, rows: (compiled.append(width), inner(width, rows))[1]
     atoms = bulk("Si", "diamond", a=5.431, cubic=True).repeat(2)
     kT, rng = 1200 * units.kB, np.random.default_rng(0)    # twice 600 K: half goes into the potential energy
     atoms.set_momenta(np.sqrt(atoms.get_masses()[:, None] * kT) * rng.normal(size=(len(atoms), 3)))
     atoms.calc = calc
     md = Langevin(atoms, timestep=2 * units.fs, temperature_K=600, friction=0.02 / units.fs, fixcm=False, rng=rng)
-    atoms.get_forces()
-    kernel, said, counts, temperatures = calc.kernel, len(lines), [], []
+    counts, temperatures = [], []
 
     def step():
         counts.append(np.bincount(neighbor_list("i", atoms, calc.cutoff)).max())   # ASE's list: the oracle
         temperatures.append(atoms.get_temperature())
-        assert calc.kernel is kernel and len(lines) == said
+        other = atoms.copy()
+        f = atoms.get_forces()
+        np.testing.assert_allclose(one.get_forces(other), f, rtol=0, atol=1e-12 * np.abs(f).max())
+        assert one.get_potential_energy(other) == pytest.approx(atoms.get_potential_energy(), rel=1e-13)
     md.attach(step, interval=2)
     md.run(100)
-    assert calc.width == 16 and max(counts) > 8         # 8: the slots sized from the first step's 4 neighbours
+    assert compiled[0] == 4 and sorted(compiled) == sorted(set(compiled)) and max(counts) > 8
+    assert set(calc.kernels) == set(compiled) and max(compiled) >= 12 and list(one.kernels) == [16]
     assert 400 < np.mean(temperatures[len(temperatures) // 2:]) < 800
+
+
+@pytest.mark.parametrize("style", ["sw", "tersoff"])
+def test_three_body_widths_equal_lammps_and_one_width(style):
+    """Hot silicon (atoms displaced by up to 0.45 A: 4 to 8 neighbours within Stillinger-Weber's 3.77 A,
+    3 to 6 within Tersoff's 3.2 A): the atoms grouped by width, each width its own kernel, give
+    LAMMPS's energy and forces, and those of one kernel for every atom (N=) to round-off."""
+    x, cell = lo.diamond(5.431, 3, 0.45, seed=11)
+    potfile = {"sw": "Si_sw85.sw", "tersoff": "Si_tersoff88.tersoff"}[style]
+    _, f_ref, pe = lo.run(x, cell, np.ones(len(x), dtype=int), style, f"* * {ROOT / 'data' / potfile} Si", (28.0855,))
+    model = ROOT / "configs" / f"si_{style}_model.yaml"
+    atoms = Atoms(f"Si{len(x)}", positions=x, cell=cell, pbc=True)
+    grouped = AdgradCalculator(model, log=None)
+    f, e = grouped.get_forces(atoms), grouped.get_potential_energy(atoms)
+    assert len(grouped.kernels) >= 2                    # more than one width: the grouping is tested
+    assert e == pytest.approx(pe, rel=1e-10)
+    assert np.abs(f - f_ref).max() <= 1e-10 * np.abs(f_ref).max()
+    one = AdgradCalculator(model, N=max(grouped.kernels), log=None)
+    np.testing.assert_allclose(one.get_forces(atoms), f, rtol=0, atol=1e-13 * np.abs(f).max())
+    np.testing.assert_allclose(one.get_potential_energies(atoms), grouped.get_potential_energies(atoms), rtol=1e-13)
+    np.testing.assert_allclose(one.get_stress(atoms), grouped.get_stress(atoms), rtol=1e-12, atol=1e-15)
 
 
 def test_first_compile_of_the_helpers_is_announced():
@@ -365,8 +395,8 @@ def test_parts_give_the_same_bits_on_any_thread_count_and_the_serial_sums_within
             a = atoms.copy()
             a.calc = calc
             results[part, threads] = (a.get_potential_energies(), a.get_forces(), a.get_stress(),
-                                      calc.buffers["R"].copy())
-            g, index = calc.out[calc.gradient], calc.buffers["index"]
+                                      calc._flat["R"].copy())
+            (order, base), b = calc._layout, calc._flat
     finally:
         numba.set_num_threads(before)
     serial, one, two = results[1 << 30, 1], results[8, 1], results[8, 2]
@@ -376,8 +406,9 @@ def test_parts_give_the_same_bits_on_any_thread_count_and_the_serial_sums_within
     assert serial[0].tobytes() == one[0].tobytes() and serial[3].tobytes() == one[3].tobytes()
     # per atom, m terms summed in another grouping: within 2 m eps times the sum of their magnitudes
     terms, count = np.zeros((len(atoms), 3)), np.zeros(len(atoms))
+    g, index = b["G"][:base[-1]], b["index"][:base[-1]]
     real = index >= 0
-    rows = np.nonzero(real)[0]
+    rows = np.repeat(order, np.diff(base))[real]        # the atom of each slot
     np.add.at(terms, rows, np.abs(g[real]))
     np.add.at(terms, index[real], np.abs(g[real]))
     np.add.at(count, rows, 1)
@@ -389,26 +420,33 @@ def test_parts_give_the_same_bits_on_any_thread_count_and_the_serial_sums_within
 
 
 def test_a_row_that_loses_neighbours_is_padded_again(cu):
-    """The pack rewrites only the slots the last pack filled: a free cluster expanded by 12% within the
-    skin (the list kept), its third shell leaving the cutoff, leaves no stale neighbour in any row, and
-    the results equal a fresh calculator's."""
+    """A free cluster expanded by 12% within the skin (the list kept), its third shell leaving the cutoff:
+    each atom's row holds its neighbours within the cutoff, then padding only (no stale neighbour of the
+    step before), its width the count rounded up to a multiple of 4, and the results equal a fresh
+    calculator's."""
     atoms = copper(reps=2, rattle=0.0)
     atoms.pbc = False
     calc = AdgradCalculator(cu.path, cu.cutoff, {"Cu": 0}, skin=3.0, log=None)
     atoms.calc = calc
     atoms.get_forces()
-    kept, before = calc._list[0], (calc.buffers["index"] >= 0).sum(axis=1)
+
+    def rows():
+        (order, base), b = calc._layout, calc._flat
+        return {int(i): (b["R"][base[t]:base[t + 1]], b["valid"][base[t]:base[t + 1]],
+                         b["index"][base[t]:base[t + 1]], b["sn"][base[t]:base[t + 1]]) for t, i in enumerate(order)}
+    kept, before = calc._list[0], {i: (index >= 0).sum() for i, (_, _, index, _) in rows().items()}
     centre = atoms.positions.mean(axis=0)
     atoms.positions = centre + 1.12 * (atoms.positions - centre)
     forces = atoms.get_forces()
     assert calc._list[0] is kept
-    b = calc.buffers
-    count = (b["index"] >= 0).sum(axis=1)
-    assert (count < before).all()
-    for i, m in enumerate(count):
-        assert (b["index"][i, m:] == -1).all() and (b["valid"][i, m:] == 0).all()
-        assert (b["R"][i, m:] == 0).all() and (b["sn"][i, m:] == 0).all() and (b["valid"][i, :m] == 1).all()
+    for i, (R, valid, index, sn) in rows().items():
+        m = (index >= 0).sum()
+        assert m < before[i] and len(index) == max(4, -(-m // 4) * 4)
+        assert (index[m:] == -1).all() and (valid[m:] == 0).all() and (R[m:] == 0).all() and (sn[m:] == 0).all()
+        assert (valid[:m] == 1).all() and (index[:m] >= 0).all()
+        d = atoms.positions[index[:m]] - atoms.positions[i]
+        np.testing.assert_array_equal(R[:m], d)
     fresh = atoms.copy()
-    fresh.calc = AdgradCalculator(cu.path, cu.cutoff, {"Cu": 0}, N=calc.width, log=None)
+    fresh.calc = AdgradCalculator(cu.path, cu.cutoff, {"Cu": 0}, log=None)
     np.testing.assert_allclose(forces, fresh.get_forces(), rtol=0, atol=1e-12 * np.abs(forces).max())
     np.testing.assert_allclose(atoms.get_potential_energies(), fresh.get_potential_energies(), rtol=1e-13)

@@ -1,13 +1,17 @@
 """AdgradCalculator: an adgrad site-energy model as an ASE calculator (docs/ase.md).
 
 A step: a neighbour list (neighbours.py, kept between steps while no atom has moved more than half the
-skin), packed into the model's padded inputs R / valid / s / sn, one evaluate of E and dE/dR into reused
-buffers, then forces and the virial assembled from dE/dR. Packing and assembly are numba loops over parts
-of the atoms (PART atoms at least, MAX_PARTS parts at most, a power of two) on adgrad's threads (engine/kernel.py
-run_threads, as the kernel's). A part packs its rows (the same bits as one loop) and scatters its rows'
-terms into forces and a virial of its own; the parts' forces are then summed in part order. The parts
-follow from the number of atoms alone: the same bits on any thread count, and within round-off of one
-serial scatter (2 m eps times the sum of an atom's m terms' magnitudes; tests/test_ase.py).
+skin), each atom's pairs within the cutoff selected from it, the atoms ordered by their width (their
+count rounded up to a multiple of SLOTS) and packed into the model's padded inputs R / valid / s / sn,
+one flat buffer holding every width's rows; one kernel call per width (a kernel compiled for each width
+the atoms meet: a three-body model's N x N terms follow each atom's own neighbours, 16 for an atom with
+4, not the 256 of 16 slots), E and dE/dR into reused buffers; then forces and the virial assembled from
+dE/dR. Selection, packing and assembly are numba loops over parts of the atoms (PART atoms at least,
+MAX_PARTS parts at most, a power of two) on adgrad's threads (engine/kernel.py run_threads, as the
+kernel's). A part scatters its rows' terms into forces and a virial of its own; the parts' forces are
+then summed in part order. The parts and the order follow from the positions alone: the same bits on
+any thread count, and within round-off of one serial scatter (2 m eps times the sum of an atom's m
+terms' magnitudes; tests/test_ase.py).
 
 Every argument is checked where it enters: the constructor's when it is called, the atoms' (positions,
 cell, periodicity, elements) at the start of each calculation, before anything is computed from them.
@@ -20,6 +24,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numba
 import numpy as np
@@ -41,6 +46,7 @@ from .neighbours import lattice, neighbour_list
 SLOTS = 4       # neighbour slots come in multiples of this: runs whose counts differ by one share a kernel
 # a potential format -> its constant that is the cutoff
 CUTOFFS = {"eam": "cutoff", "eam/alloy": "cutoff", "eam/fs": "cutoff", "sw": "cut", "tersoff": "cut"}
+SERIAL_ROWS = 128    # rows of a kernel call per thread at least (a wake-up of the pool: ~0.1 ms)
 PART = 256      # atoms at least in a part of packing and assembly (a thread's wake-up: ~0.1 ms)
 MAX_PARTS = 8   # parts at most: each holds forces for every atom (24 bytes an atom)
 
@@ -69,12 +75,10 @@ class AdgradCalculator(Calculator):
     results do not depend on it (pairs beyond the cutoff are left out at every step). 0 rebuilds it at
     every step.
     energy: the model's output that is the site energy.
-    N: the neighbour slots to compile for (the model's N). By default, at the first calculation, the most
-    pairs any atom has in the neighbour list (within cutoff + skin) times 1 + headroom, rounded up to a
-    multiple of 4: within the list's lifetime no atom can have more neighbours within the cutoff, so
-    thermal motion does not recompile. An atom with more neighbours than slots compiles for more, and
-    says so through `log`.
-    headroom: the fraction of slots added to that count (>= 0).
+    N: one kernel of N neighbour slots (the model's N) for every atom. By default each atom runs the
+    kernel of its own count within the cutoff rounded up to a multiple of 4 (SLOTS), compiled when the
+    first atom of that width appears (once; then loaded from adgrad's compile cache). With N=, an atom
+    with more neighbours than slots compiles for more, and says so through `log`.
     log: called with one line of text when the calculator compiles a kernel that is not in adgrad's
     compile cache (before, and with its time after) or grows its slots; default: printed on stderr;
     None: silent; e.g. logging.getLogger("adgrad").info.
@@ -82,8 +86,11 @@ class AdgradCalculator(Calculator):
 
     implemented_properties = ["energy", "free_energy", "energies", "forces", "stress"]
 
-    def __init__(self, model, cutoff=None, species=None, skin=0.5, energy="E", N=None, headroom=0.0, log=stderr,
+    def __init__(self, model, cutoff=None, species=None, skin=0.5, energy="E", N=None, log=stderr,
                  **kwargs):
+        if "headroom" in kwargs:        # ASE's Calculator would keep it as a parameter, silently unused
+            raise ValueError("headroom= is no longer an argument: each atom runs the kernel of its own neighbour "
+                             "count (rounded up to a multiple of 4), so no slots are added; leave it out")
         super().__init__(**kwargs)
         if not isinstance(model, (str, os.PathLike)):
             raise ValueError(f"model={model!r}: give the path of a model file")
@@ -110,7 +117,7 @@ class AdgradCalculator(Calculator):
         self.model_cutoff = known[0] if known else None
         self.cutoff = self._cutoff(cutoff, known, complete)
         self.skin = _length("skin", skin)
-        self.N, self.headroom = _slots_argument(N), _headroom(headroom)
+        self.N = _slots_argument(N)
         if log is not None and not callable(log):
             raise ValueError(f"log={log!r}: give a function of one line of text, or None for silence")
         self.log = log
@@ -118,8 +125,8 @@ class AdgradCalculator(Calculator):
         self._index = np.full(len(chemical_symbols), -1.0 if self.species is not None else 0.0)  # Z -> species
         for symbol, index in (self.species or {}).items():
             self._index[atomic_numbers[symbol]] = index
-        self.kernel, self.width = None, 0
-        self._allocate(0)
+        self.kernels, self.width = {}, self.N or 0      # width -> kernel; N=: the one width
+        self._workspaces, self._flat = {}, None
         self._list = None           # (neighbour list, positions, cell, pbc, numbers, basis) when it was built
 
     def _cutoff(self, cutoff, known, complete):
@@ -213,30 +220,78 @@ class AdgradCalculator(Calculator):
         if n == 0:
             energies, forces, virial = np.zeros(0), np.zeros((0, 3)), np.zeros((3, 3))
         else:
-            if len(self.buffers["R"]) != n:
-                self._allocate(n)
-            count = self._pack(atoms)
-            if self.kernel is None or count > self.width:    # more neighbours than slots: compile, pack again
-                self._compile(self._width(count))
-                self._pack(atoms)
-            out = self.kernel.evaluate({name: self.buffers[name] for name in self.inputs}, out=self.out)
-            forces, virial = self._assemble(out[self.gradient])
-            energies = out[self.energy].copy()
+            energies, forces, virial = self._evaluate(atoms)
             self._finite(atoms, energies, forces)
         energy = float(energies.sum())
         self.results = {"energy": energy, "free_energy": energy, "energies": energies, "forces": forces}
         if atoms.pbc.all():         # dE/d(strain) / volume, ASE's sign: positive under tension
             self.results["stress"] = full_3x3_to_voigt_6_stress((virial + virial.T) / (2 * atoms.get_volume()))
 
+    def _evaluate(self, atoms):
+        """One step: each atom's neighbours within the cutoff selected from the list; the atoms ordered by
+        their width (slots: the count rounded up to a multiple of SLOTS, or N=), each width's rows packed
+        into one flat buffer, one kernel call per width, then forces, virial and energies assembled."""
+        (first, j, S), *_, basis = self._list
+        n, x, cutsq = len(atoms), atoms.positions, self.cutoff ** 2
+        V, J, count = self._pairs
+        parts = _parts(n)
+        P = len(parts) - 1
+        _run(lambda w: _select(parts[w], parts[w + 1], x, first, j, S, basis, cutsq, V, J, count), P)
+        width = self._widths(count)
+        order = np.argsort(width, kind="stable")        # by width, then atom: follows from the positions alone
+        base = np.zeros(n + 1, dtype=np.int64)          # row t's slots: base[t] <= q < base[t + 1]
+        np.cumsum(width[order], out=base[1:])
+        b = self._buffers(n, int(base[-1]))
+        _run(lambda w: _pack(parts[w], parts[w + 1], order, base, first, count, V, J, self._species,
+                             b["R"], b["valid"], b["index"], b["sn"], b["s"]), P)
+        self._layout = (order, base)        # kept for a look at the packed rows (tests)
+        cuts = np.flatnonzero(np.diff(width[order])) + 1
+        for t0, t1 in zip(np.r_[0, cuts], np.r_[cuts, n]):
+            self._run_kernel(int(width[order[t0]]), int(t0), int(t1), int(base[t0]), b)
+        energies, forces, virial = np.empty(n), np.empty((n, 3)), np.zeros((P, 3, 3))
+        scatter = forces[None] if P == 1 else b["forces"]
+        _run(lambda w: _assemble(parts[w], parts[w + 1], order, base, count, b["G"], b["E"], b["index"], b["R"],
+                                 energies, scatter[w], virial[w]), P)
+        if P > 1:
+            _run(lambda w: _sum_parts(parts[w], parts[w + 1], scatter, forces), P)
+        return energies, forces, virial.sum(axis=0)         # in part order, as the forces
+
+    def _widths(self, count):
+        """Each atom's slots: its count rounded up to a multiple of SLOTS (SLOTS at least); with N=, the
+        one width of every atom (N, grown to fit the most neighbours, as said through log)."""
+        if self.N is None:
+            return np.maximum(SLOTS, -(-count // SLOTS) * SLOTS)
+        most = int(count.max())
+        if most > self.width:
+            width = SLOTS * math.ceil(most / SLOTS)
+            self._say(f"adgrad: an atom has {most} neighbours within the cutoff of {self.cutoff:g} A, more than "
+                          f"the {self.width} slots of the kernel; compiling for {width} (AdgradCalculator(N=...) "
+                          f"sets them from the start)")
+            self.width = width
+        return np.full(len(count), self.width, dtype=np.int64)
+
+    def _run_kernel(self, width, t0, t1, q0, b):
+        """The kernel of `width` slots on rows t0 <= t < t1, whose slots start at q0 in the flat buffers:
+        E and dE/dR in place. Fewer than SERIAL_ROWS rows a thread run on the calling thread alone."""
+        kernel = self.kernels.get(width) or self._compile(width, t1 - t0)
+        m, q1 = t1 - t0, q0 + (t1 - t0) * width
+        workers = max(1, min(numba.get_num_threads(), m // SERIAL_ROWS))
+        if workers not in self._workspaces.setdefault(width, {}):
+            self._workspaces[width][workers] = kernel.workspace(workers)
+        inputs = {"R": b["R"][q0:q1].reshape(m, width, 3), "valid": b["valid"][q0:q1].reshape(m, width),
+                  "s": b["s"][t0:t1], "sn": b["sn"][q0:q1].reshape(m, width)}
+        outputs = {self.energy: b["E"][t0:t1], self.gradient: b["G"][q0:q1].reshape(m, width, 3)}
+        kernel.compute({name: inputs[name] for name in self.inputs}, outputs, self._workspaces[width][workers])
+
     def _finite(self, atoms, energies, forces):
         """A site energy or force that is NaN or infinite is an error, naming the atoms and their nearest
         neighbours (a model is undefined there: two atoms on one spot, a radius where its function is not)."""
         bad = np.flatnonzero(~(np.isfinite(energies) & np.isfinite(forces).all(axis=1)))
         if len(bad):
-            R, valid = self.buffers["R"][bad], self.buffers["valid"][bad] > 0.5
-            r = np.where(valid, np.linalg.norm(R, axis=2), np.inf).min(axis=1)
+            first, (V, _, count) = self._list[0][0], self._pairs
+            r = [np.linalg.norm(V[first[i]:first[i] + count[i]], axis=1).min(initial=np.inf) for i in bad[:3]]
             near = ", ".join(f"atom {i} ({atoms[i].symbol}: site energy {energies[i]:g}, nearest neighbour at "
-                             f"{d:g} A)" for i, d in zip(bad[:3], r[:3]))
+                             f"{d:g} A)" for i, d in zip(bad[:3], r))
             raise ValueError(f"{self.path} gives a non-finite energy or force at {len(bad)} atom(s), first {near}; "
                              f"the model is not defined for these neighbourhoods")
 
@@ -261,6 +316,8 @@ class AdgradCalculator(Calculator):
         first, j, S = neighbour_list(atoms.positions, basis, inverse, atoms.pbc, self.cutoff + self.skin)
         self._list = ((first, j, S), atoms.positions.copy(), atoms.cell.array.copy(),
                       atoms.pbc.copy(), atoms.numbers.copy(), basis)
+        # each step's pairs within the cutoff: atom i's count[i] of them at first[i]..., vectors V, atoms J
+        self._pairs = (np.empty((len(j), 3)), np.empty(len(j), dtype=np.int64), np.empty(len(atoms), dtype=np.int64))
 
     def _check(self, atoms):
         """The atoms' positions, cell, periodicity and elements, as the model needs them; returns the lattice
@@ -290,75 +347,42 @@ class AdgradCalculator(Calculator):
         self._species = species
         return lattice(cell, pbc)
 
-    def _width(self, count):
-        """Slots for a kernel that fits `count` neighbours within the cutoff: N= if it does, else the most
-        pairs of an atom in the neighbour list with headroom (said through log when slots grow)."""
-        if self.kernel is None and self.N is not None and count <= self.N:
-            return self.N
-        first = self._list[0][0]
-        reach = int(np.diff(first).max(initial=0))
-        width = max(SLOTS, SLOTS * math.ceil(max(count, reach * (1 + self.headroom)) / SLOTS))
-        if self.kernel is not None or self.N is not None:
-            self._say(f"adgrad: an atom has {count} neighbours within the cutoff of {self.cutoff:g} A, more than "
-                      f"the {self.width or self.N} slots of the kernel; compiling for {width} "
-                      f"(AdgradCalculator(N=...) sets them from the start)")
-        return width
-
     def _say(self, line):
         if self.log is not None:
             self.log(line)
 
-    def _compile(self, width):
+    def _compile(self, width, rows):
         """Compile E and dE/dR for `width` neighbour slots (a cached kernel if adgrad compiled it before)."""
         if self.sized:
             model = load_model(self.path, sizes={"N": width})
         else:
             shapes = {"R": [width, 3], "valid": [width], "sn": [width]}
             model = load_model(self.path, input_shapes={n: shapes[n] for n in self.inputs if n in shapes})
-        log = None if self.log is None else (lambda line: self._say(f"adgrad: {line}: {width} neighbour slots"))
+        which = (f"{rows} atom(s) with {max(0, width - SLOTS + 1)} to {width} neighbours: one kernel per width of "
+                 f"neighbour counts, in steps of {SLOTS}, each compiled once (~1-2 CPU s) and then loaded from the "
+                 f"cache" if self.N is None else "every atom (N=)")
+        log = None if self.log is None else (
+            lambda line: self._say(f"adgrad: {line}: {width} neighbour slots" +
+                                   (f", for {which}" if line.startswith("compiling") else "")))
         with FIRST_USE.paused():            # the kernel's compile says so itself
-            self.kernel = compile_model(model, derivatives=[(self.energy, "R")], values=[self.energy], log=log)
-        self.width = width
-        self._allocate(len(self.atoms))
+            kernel = compile_model(model, derivatives=[(self.energy, "R")], values=[self.energy], log=log)
+        if set(kernel.graph.outputs) != {self.energy, self.gradient}:
+            raise RuntimeError(f"{self.path}: the kernel's outputs are {', '.join(kernel.graph.outputs)}, not "
+                               f"{self.energy} and {self.gradient}")
+        self.kernels[width] = replace(kernel, serial_below=0)      # the calculator picks the threads per call
+        return self.kernels[width]
 
-    def _allocate(self, n):
-        w = self.width
-        self.buffers = {"R": np.zeros((n, w, 3)), "valid": np.zeros((n, w)), "s": np.zeros(n),
-                        "sn": np.zeros((n, w)), "index": np.full((n, w), -1),
-                        "filled": np.zeros(n, dtype=np.int64)}     # slots of each row not padding now
-        self.out = {self.energy: np.empty(n), self.gradient: np.empty((n, w, 3))}
-
-    def _pack(self, atoms):
-        """Fill the padded inputs from the neighbour list; returns the largest neighbour count (slots
-        beyond the width are not written: the caller compiles for more and packs again)."""
-        (first, j, S), *_, basis = self._list
-        b = self.buffers
-        b["s"][:] = self._species
-        parts = _parts(len(atoms))
-        most = np.zeros(len(parts) - 1, dtype=np.int64)
-        x, cutsq = atoms.positions, self.cutoff ** 2
-
-        def pack(w):
-            most[w] = _pack(parts[w], parts[w + 1], x, first, j, S, basis, cutsq, self._species,
-                            b["R"], b["valid"], b["index"], b["sn"], b["filled"])
-        _run(pack, len(parts) - 1)
-        return int(most.max())
-
-    def _assemble(self, g):
-        """(forces, virial) from dE/dR (g): each part of the atoms scatters its rows' terms into forces and a
-        virial of its own, on its own thread; then the parts' forces are summed, in part order, by ranges of
-        atoms on the threads. One part (fewer than 2 PART atoms): the serial scatter."""
-        n = len(g)
-        index, R = self.buffers["index"], self.buffers["R"]
-        parts = _parts(n)
-        P = len(parts) - 1
-        forces, virial = np.zeros((P, n, 3)), np.zeros((P, 3, 3))
-        _run(lambda w: _assemble(parts[w], parts[w + 1], g, index, R, forces[w], virial[w]), P)
-        if P == 1:
-            return forces[0], virial[0]
-        total = np.empty((n, 3))
-        _run(lambda w: _sum_parts(parts[w], parts[w + 1], forces, total), P)
-        return total, virial.sum(axis=0)        # in part order, as the forces
+    def _buffers(self, n, slots):
+        """The flat inputs and outputs of every width's rows (R, valid, index, sn, dE/dR: `slots` rows of
+        slots; s and E: n rows) and the parts' forces, kept between steps: grown (by a quarter more) when a
+        step needs more slots, so that thermal motion across widths does not allocate."""
+        b = self._flat
+        if b is None or len(b["s"]) != n or len(b["valid"]) < slots:
+            room = slots if b is None or len(b["s"]) != n else slots + slots // 4
+            b = self._flat = {"R": np.zeros((room, 3)), "valid": np.zeros(room), "index": np.full(room, -1),
+                              "sn": np.zeros(room), "G": np.zeros((room, 3)), "s": np.zeros(n), "E": np.zeros(n),
+                              "forces": np.zeros((len(_parts(n)) - 1, n, 3))}
+        return b
 
 
 class FirstUse(numba_event.Listener):
@@ -439,13 +463,6 @@ def _slots_argument(n):
     return int(n)
 
 
-def _headroom(value):
-    arr = np.asarray(value) if not isinstance(value, (str, bytes)) else None
-    if arr is None or arr.ndim or arr.dtype.kind not in "iuf" or not (np.isfinite(arr) and arr >= 0):
-        raise ValueError(f"headroom={value!r}: give a fraction >= 0 of slots to add (0.25: a quarter more)")
-    return float(arr)
-
-
 def _length(name, value, positive=False):
     """A distance argument in A: a real number, finite, > 0 (positive) or >= 0."""
     arr = np.asarray(value) if not isinstance(value, (str, bytes)) else None
@@ -482,14 +499,13 @@ def _run(call, parts):
 
 
 @njit(cache=True, nogil=True)
-def _pack(t0, t1, x, first, j, S, cell, cutsq, species, R, valid, index, sn, filled):
-    """Atoms t0 <= i < t1: atom i's neighbours within the cutoff into slots 0, 1, ... of row i, padding after
-    them (written only where the last pack wrote neighbours, filled[i] slots); returns the most neighbours
-    of an atom. The vector of pair p is x_j - x_i + S_p cell (S: the cell
-    boundaries it crosses), made here rather than by a numpy S @ cell (slower than this whole loop)."""
-    width, most = R.shape[1], 0
+def _select(t0, t1, x, first, j, S, cell, cutsq, V, J, count):
+    """Atoms t0 <= i < t1: the pairs of the list within the cutoff, their vectors into V and atoms into J at
+    first[i], first[i] + 1, ... (count[i] of them, in the list's order: nearest first when it was built).
+    The vector of pair p is x_j - x_i + S_p cell (S: the cell boundaries it crosses), made here rather than
+    by a numpy S @ cell (slower than this whole loop)."""
     for i in range(t0, t1):
-        k = 0
+        k = first[i]
         for p in range(first[i], first[i + 1]):
             a = j[p]
             s0, s1, s2 = S[p, 0], S[p, 1], S[p, 2]
@@ -497,31 +513,44 @@ def _pack(t0, t1, x, first, j, S, cell, cutsq, species, R, valid, index, sn, fil
             dy = x[a, 1] - x[i, 1] + (s0 * cell[0, 1] + s1 * cell[1, 1] + s2 * cell[2, 1])
             dz = x[a, 2] - x[i, 2] + (s0 * cell[0, 2] + s1 * cell[1, 2] + s2 * cell[2, 2])
             if dx * dx + dy * dy + dz * dz < cutsq:
-                if k < width:
-                    R[i, k, 0], R[i, k, 1], R[i, k, 2] = dx, dy, dz
-                    valid[i, k], index[i, k], sn[i, k] = 1.0, a, species[a]
+                V[k, 0], V[k, 1], V[k, 2] = dx, dy, dz
+                J[k] = a
                 k += 1
-        most = max(most, k)
-        for q in range(k, filled[i]):
-            R[i, q, 0], R[i, q, 1], R[i, q, 2] = 0.0, 0.0, 0.0
-            valid[i, q], index[i, q], sn[i, q] = 0.0, -1, 0.0
-        filled[i] = min(k, width)
-    return most
+        count[i] = k - first[i]
 
 
 @njit(cache=True, nogil=True)
-def _assemble(t0, t1, g, index, R, forces, virial):
-    """Rows t0 <= i < t1: F_i += dE_i/dR_ik and F_j -= dE_i/dR_ik for R_ik = x_j - x_i; virial += R_ik (outer)
-    dE_i/dR_ik (= dE/d(strain), the stress times the volume). A scatter to j, in row then slot order; the
-    virial summed in locals (the parts' virials share cache lines: written once, at the end)."""
+def _pack(t0, t1, order, base, first, count, V, J, species, R, valid, index, sn, s):
+    """Rows t0 <= t < t1 (atom order[t]): its neighbours into slots base[t], base[t] + 1, ..., padding after
+    them up to base[t + 1] (R 0, valid 0, index -1, sn 0)."""
+    for t in range(t0, t1):
+        i, q0, q1 = order[t], base[t], base[t + 1]
+        f, m = first[i], count[i]
+        s[t] = species[i]
+        for k in range(m):
+            a, q = J[f + k], q0 + k
+            R[q, 0], R[q, 1], R[q, 2] = V[f + k, 0], V[f + k, 1], V[f + k, 2]
+            valid[q], index[q], sn[q] = 1.0, a, species[a]
+        for q in range(q0 + m, q1):
+            R[q, 0], R[q, 1], R[q, 2] = 0.0, 0.0, 0.0
+            valid[q], index[q], sn[q] = 0.0, -1, 0.0
+
+
+@njit(cache=True, nogil=True)
+def _assemble(t0, t1, order, base, count, G, E, index, R, energies, forces, virial):
+    """Rows t0 <= t < t1 (atom i = order[t]): energies[i] = E[t]; F_i += dE_i/dR_ik and F_j -= dE_i/dR_ik for
+    R_ik = x_j - x_i; virial += R_ik (outer) dE_i/dR_ik (= dE/d(strain), the stress times the volume). A
+    scatter to j, in row then slot order, into this part's forces (zeroed first); the virial summed in
+    locals (the parts' virials share cache lines: written once, at the end)."""
+    forces[:] = 0.0
     v00, v01, v02, v10, v11, v12, v20, v21, v22 = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-    for i in range(t0, t1):
-        for k in range(g.shape[1]):
-            a = index[i, k]
-            if a < 0:
-                break                   # padding comes after the neighbours
-            g0, g1, g2 = g[i, k, 0], g[i, k, 1], g[i, k, 2]
-            r0, r1, r2 = R[i, k, 0], R[i, k, 1], R[i, k, 2]
+    for t in range(t0, t1):
+        i = order[t]
+        energies[i] = E[t]
+        for q in range(base[t], base[t] + count[i]):
+            a = index[q]
+            g0, g1, g2 = G[q, 0], G[q, 1], G[q, 2]
+            r0, r1, r2 = R[q, 0], R[q, 1], R[q, 2]
             forces[i, 0] += g0
             forces[a, 0] -= g0
             forces[i, 1] += g1
