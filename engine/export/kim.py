@@ -262,13 +262,12 @@ typedef struct kernel_block {       /* the padded rows of BLOCK atoms of one ker
     int n, m;                       /* slots, atoms in the block */
     double *R, *valid, *s, *sn, *E, *g, *work;
     int64_t nwork;
-    int *atom, *nb;                 /* the block's atoms, and their neighbours' particle numbers per slot */
+    int *atom, *count, *nb;         /* the block's atoms, their neighbour counts and particle numbers per slot */
 } kernel_block;
 
 typedef struct args_buffer {
     kernel_block k[NK];
     int cap, *near;                 /* one atom's neighbours within the cutoff */
-    double *dx;
 } args_buffer;
 
 typedef struct state {              /* one compute call */
@@ -303,37 +302,50 @@ static int flush(state *st, kernel_block *kb, int which) {
         LOG_ERROR(message);
         return 1;
     }
+    double *forces = st->forces;
     for (int a = 0; a < kb->m; a++) {
-        int i = kb->atom[a];
-        double e = kb->E[a];
-        /* checked here, where the values are in cache (the batch call's own check is a pass of its own) */
-        int finite = isfinite(e);
-        for (int q = 0; q < n && kb->nb[a * n + q] >= 0; q++)
-            for (int c = 0; c < 3; c++)
-                finite &= isfinite(kb->g[3 * ((int64_t)a * n + q) + c]) != 0;
-        if (!finite) {
+        int i = kb->atom[a], count = kb->count[a];
+        const int *nb = kb->nb + (int64_t)a * n;
+        const double *g = kb->g + 3 * (int64_t)a * n;
+        double e = kb->E[a], f0 = 0.0, f1 = 0.0, f2 = 0.0;     /* the sum of dE/dR: -(the atom's force) */
+        if (forces)
+            for (int q = 0; q < count; q++) {
+                double *fj = forces + 3 * (int64_t)nb[q];
+                f0 += g[3 * q];
+                f1 += g[3 * q + 1];
+                f2 += g[3 * q + 2];
+                fj[0] -= g[3 * q];
+                fj[1] -= g[3 * q + 1];
+                fj[2] -= g[3 * q + 2];
+            }
+        else
+            for (int q = 0; q < count; q++) {
+                f0 += g[3 * q];
+                f1 += g[3 * q + 1];
+                f2 += g[3 * q + 2];
+            }
+        /* a sum with a NaN or an infinity in it is not finite: one test for E and the whole gradient */
+        if (!(isfinite(e) && isfinite(f0) && isfinite(f1) && isfinite(f2))) {
             snprintf(message, sizeof message, "adgrad: particle %%d (at %%g %%g %%g) has a non-finite site energy "
                      "or gradient", i, st->x[3 * i], st->x[3 * i + 1], st->x[3 * i + 2]);
             LOG_ERROR(message);
             return 1;
         }
+        if (forces) {
+            forces[3 * i] += f0;
+            forces[3 * i + 1] += f1;
+            forces[3 * i + 2] += f2;
+        }
         if (st->energy)
             *st->energy += e;
         if (st->particle_energy)
             st->particle_energy[i] += e;
-        for (int q = 0; q < n; q++) {
-            int j = kb->nb[a * n + q];
-            const double *g = kb->g + 3 * ((int64_t)a * n + q), *R = kb->R + 3 * ((int64_t)a * n + q);
-            if (j < 0)
-                break;              /* the padding after the atom's neighbours */
-            if (st->forces)
-                for (int c = 0; c < 3; c++) {
-                    st->forces[3 * i + c] += g[c];
-                    st->forces[3 * j + c] -= g[c];
-                }
-            if (st->virial || st->particle_virial) {
+        if (st->virial || st->particle_virial)
+            for (int q = 0; q < count; q++) {
+                int j = nb[q];
+                const double *gq = g + 3 * q, *R = kb->R + 3 * ((int64_t)a * n + q);
                 /* KIM's virial: sum of r (x) dE/dr, Voigt order xx yy zz yz xz xy */
-                double v[6] = {R[0] * g[0], R[1] * g[1], R[2] * g[2], R[1] * g[2], R[0] * g[2], R[0] * g[1]};
+                double v[6] = {R[0] * gq[0], R[1] * gq[1], R[2] * gq[2], R[1] * gq[2], R[0] * gq[2], R[0] * gq[1]};
                 for (int c = 0; c < 6; c++) {
                     if (st->virial)
                         st->virial[c] += v[c];
@@ -343,7 +355,6 @@ static int flush(state *st, kernel_block *kb, int which) {
                     }
                 }
             }
-        }
     }
     kb->m = 0;
     return 0;
@@ -354,13 +365,9 @@ static int grow(args_buffer *ab, int count) {
         return 0;
     int cap = count + count / 2 + 16;
     int *near = realloc(ab->near, sizeof(int) * cap);
-    if (near)
-        ab->near = near;
-    double *dx = realloc(ab->dx, sizeof(double) * 3 * cap);
-    if (dx)
-        ab->dx = dx;
-    if (!near || !dx)
+    if (!near)
         return 1;
+    ab->near = near;
     ab->cap = cap;
     return 0;
 }
@@ -415,18 +422,25 @@ static int compute(const KIM_ModelCompute *mc, const KIM_ModelComputeArguments *
             LOG_ERROR(message);
             return 1;
         }
+    /* every position finite, checked once (a pass that vectorizes): then no distance below is NaN, and one
+       that overflows to infinity is beyond the cutoff, as it is */
+    int finite = 1;
+    for (int64_t k = 0; k < 3 * (int64_t)n; k++)
+        finite &= isfinite(x[k]) != 0;
+    if (!finite)
+        for (int i = 0; i < n; i++)
+            if (!(isfinite(x[3 * i]) && isfinite(x[3 * i + 1]) && isfinite(x[3 * i + 2]))) {
+                snprintf(message, sizeof message, "adgrad: particle %%d has a non-finite position (%%g %%g %%g)", i,
+                         x[3 * i], x[3 * i + 1], x[3 * i + 2]);
+                LOG_ERROR(message);
+                return 1;
+            }
     const double cut2 = CUTOFF * CUTOFF * (1.0 + 1e-12);   /* the model masks what is beyond its cutoff */
     for (int i = 0; i < n; i++) {
         int count = 0, nn;
         const int *list;
         if (!contributing[i])
             continue;
-        if (!(isfinite(x[3 * i]) && isfinite(x[3 * i + 1]) && isfinite(x[3 * i + 2]))) {
-            snprintf(message, sizeof message, "adgrad: particle %%d has a non-finite position (%%g %%g %%g)", i,
-                     x[3 * i], x[3 * i + 1], x[3 * i + 2]);
-            LOG_ERROR(message);
-            return 1;
-        }
         if (KIM_ModelComputeArguments_GetNeighborList(args, 0, i, &nn, &list)) {
             LOG_ERROR("adgrad: GetNeighborList failed");
             return 1;
@@ -435,22 +449,13 @@ static int compute(const KIM_ModelCompute *mc, const KIM_ModelComputeArguments *
             LOG_ERROR("adgrad: out of memory");
             return 1;
         }
+        const double x0 = x[3 * i], x1 = x[3 * i + 1], x2 = x[3 * i + 2];
+        int *near = ab->near;
         for (int q = 0; q < nn; q++) {
             int j = list[q];
-            double d0 = x[3 * j] - x[3 * i], d1 = x[3 * j + 1] - x[3 * i + 1], d2 = x[3 * j + 2] - x[3 * i + 2];
-            double r2 = d0 * d0 + d1 * d1 + d2 * d2;
-            if (!isfinite(r2)) {
-                snprintf(message, sizeof message, "adgrad: particle %%d, a neighbour of particle %%d, has a non-finite "
-                         "position (%%g %%g %%g)", j, i, x[3 * j], x[3 * j + 1], x[3 * j + 2]);
-                LOG_ERROR(message);
-                return 1;
-            }
-            /* stored always, kept if inside: no branch to mispredict on about half the list */
-            ab->near[count] = j;
-            ab->dx[3 * count] = d0;
-            ab->dx[3 * count + 1] = d1;
-            ab->dx[3 * count + 2] = d2;
-            count += r2 < cut2;
+            double d0 = x[3 * j] - x0, d1 = x[3 * j + 1] - x1, d2 = x[3 * j + 2] - x2;
+            near[count] = j;        /* stored always, kept if inside: no branch to mispredict on most of the list */
+            count += d0 * d0 + d1 * d1 + d2 * d2 < cut2;
         }
         int which = 0;
         while (which < NK && SLOTS[which] < count)
@@ -468,13 +473,20 @@ static int compute(const KIM_ModelCompute *mc, const KIM_ModelComputeArguments *
         double *R = kb->R + 3 * (int64_t)a * s, *valid = kb->valid + (int64_t)a * s, *sn = kb->sn + (int64_t)a * s;
         int *nb = kb->nb + (int64_t)a * s;
         kb->atom[a] = i;
+        kb->count[a] = count;
         kb->s[a] = codes[i];
-        memcpy(R, ab->dx, sizeof(double) * 3 * count);
-        memset(R + 3 * count, 0, sizeof(double) * 3 * (s - count));
-        for (int q = 0; q < s; q++) {
-            valid[q] = q < count;
-            sn[q] = q < count ? codes[ab->near[q]] : 0;
-            nb[q] = q < count ? ab->near[q] : -1;
+        for (int q = 0; q < count; q++) {
+            int j = near[q];
+            R[3 * q] = x[3 * j] - x0;
+            R[3 * q + 1] = x[3 * j + 1] - x1;
+            R[3 * q + 2] = x[3 * j + 2] - x2;
+            valid[q] = 1.0;
+            sn[q] = codes[j];
+            nb[q] = j;
+        }
+        for (int q = count; q < s; q++) {       /* the padding */
+            R[3 * q] = R[3 * q + 1] = R[3 * q + 2] = 0.0;
+            valid[q] = sn[q] = 0.0;
         }
         if (kb->m == BLOCK && flush(&st, kb, which))
             return 1;
@@ -496,10 +508,9 @@ static void free_arguments(args_buffer *ab) {
     for (int w = 0; w < NK; w++) {
         kernel_block *kb = &ab->k[w];
         free(kb->R); free(kb->g); free(kb->valid); free(kb->sn); free(kb->s); free(kb->E); free(kb->work);
-        free(kb->atom); free(kb->nb);
+        free(kb->atom); free(kb->count); free(kb->nb);
     }
     free(ab->near);
-    free(ab->dx);
     free(ab);
 }
 
@@ -536,8 +547,10 @@ static int arguments_create(const KIM_ModelCompute *mc, KIM_ModelComputeArgument
         kb->E = malloc(sizeof(double) * BLOCK);
         kb->work = malloc(sizeof(double) * (kb->nwork > 0 ? kb->nwork : 1));
         kb->atom = malloc(sizeof(int) * BLOCK);
+        kb->count = malloc(sizeof(int) * BLOCK);
         kb->nb = malloc(sizeof(int) * BLOCK * s);
-        error = error || !kb->R || !kb->g || !kb->valid || !kb->sn || !kb->s || !kb->E || !kb->work || !kb->atom || !kb->nb || kb->nwork < 0;
+        error = error || !kb->R || !kb->g || !kb->valid || !kb->sn || !kb->s || !kb->E || !kb->work || !kb->atom
+                || !kb->count || !kb->nb || kb->nwork < 0;
     }
     if (error) {
         free_arguments(ab);
@@ -660,7 +673,7 @@ def build(kim: Plan, units, cc, tmp):
     objects = []
     for src in [driver] + [s for _, s, _ in units]:
         obj = src[:-2] + ".o"
-        _run([*cc, "-O2", "-fPIC", "-fvisibility=hidden", "-pthread", "-I", include, "-I", tmp, "-c", "-o", obj, src],
+        _run([*cc, "-O3", "-fPIC", "-fvisibility=hidden", "-pthread", "-I", include, "-I", tmp, "-c", "-o", obj, src],
              "compiling " + os.path.basename(src))
         objects.append(obj)
     obj = schema[:-4] + ".o"
