@@ -25,70 +25,34 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import cpu_model, print_command, time_calls  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from calculix_jobs import environment, find_ccx, mesh, user_material  # noqa: E402  (shared with tests/test_umat.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 STEEL = (210000.0, 0.3, 250.0, 20000.0)                       # E, nu, sy, K
 VOCE = STEEL + (150.0, 300.0)                                 # ... q, b
-
-
-def mesh(n):
-    """A block of n^3 unit C3D8 elements with the node sets BOTTOM (z = 0) and TOP (z = n)."""
-    def node(i, j, k):
-        return 1 + i + (n + 1) * (j + (n + 1) * k)
-    lines = ["*NODE, NSET=NALL"]
-    lines += [f"{node(i, j, k)}, {i}, {j}, {k}" for k in range(n + 1) for j in range(n + 1) for i in range(n + 1)]
-    lines.append("*ELEMENT, TYPE=C3D8, ELSET=EALL")
-    e = 0
-    for k in range(n):
-        for j in range(n):
-            for i in range(n):
-                e += 1
-                c = [(i, j, k), (i + 1, j, k), (i + 1, j + 1, k), (i, j + 1, k)]
-                ids = [node(a, b, z) for a, b, z in c] + [node(a, b, z + 1) for a, b, z in c]
-                lines.append(f"{e}, " + ", ".join(map(str, ids)))
-    for name, k in (("BOTTOM", 0), ("TOP", n)):
-        ids = [node(i, j, k) for j in range(n + 1) for i in range(n + 1)]
-        lines.append(f"*NSET, NSET={name}")
-        lines += [", ".join(map(str, ids[a:a + 8])) for a in range(0, len(ids), 8)]
-    return "\n".join(lines)
 
 
 def deck(n, material, section, increments):
     """Pull TOP to 1% of the height and back to 0.25%, in increments of 2/increments of the step time
     at first (CalculiX's automatic incrementation, which cuts an increment whose Newton iterations
     diverge: fixed ones at the reversal did, for the built-in too); print TOP's force."""
-    lines = [mesh(n), material, f"*SOLID SECTION, ELSET=EALL, MATERIAL={section}", "*AMPLITUDE, NAME=PATH",
+    lines = [mesh(n, n, n), material, f"*SOLID SECTION, ELSET=EALL, MATERIAL={section}", "*AMPLITUDE, NAME=PATH",
              "0., 0., 1., 1., 2., 0.25", "*BOUNDARY", "BOTTOM, 1, 3", "*STEP, INC=1000", "*STATIC",
              f"{2 / increments}, 2., 1e-5, {2 / increments}", "*BOUNDARY, AMPLITUDE=PATH", f"TOP, 3, 3, {0.01 * n}",
              "*NODE PRINT, NSET=TOP, TOTALS=ONLY", "RF", "*END STEP"]
     return "\n".join(lines) + "\n"
 
 
-def user_material(name, props, nstatv):
-    values = [", ".join(repr(p) for p in props[a:a + 8]) for a in range(0, len(props), 8)]
-    return "\n".join([f"*MATERIAL, NAME={name}", f"*USER MATERIAL, CONSTANTS={len(props)}", *values,
-                      "*DEPVAR", str(nstatv)])
-
-
-def find_ccx(path):
-    cache = os.environ.get("ADGRAD_CI_CACHE") or os.path.expanduser("~/.cache/adgrad-ci")
-    path = path or os.environ.get("ADGRAD_CCX") or os.path.join(cache, "calculix", "bin", "ccx")
-    if not os.access(path, os.X_OK) or b"unable to load function" not in Path(path).read_bytes():
-        sys.exit(f"no ccx with external behaviours at {path}: run .ci/calculix.sh or pass --ccx")
-    return path
-
-
-
 class Job:
     def __init__(self, ccx, directory, text, libs, threads):
-        self.ccx, self.dir, self.libs, self.threads = ccx, directory, libs, str(threads)
+        self.ccx, self.dir, self.libs, self.threads = ccx, directory, libs, threads
         directory.mkdir(parents=True)
         (directory / "job.inp").write_text(text)
 
     def __call__(self):
-        env = {**os.environ, "LD_LIBRARY_PATH": ":".join(map(str, self.libs)), "OMP_NUM_THREADS": self.threads,
-               "CCX_NPROC_STIFFNESS": self.threads, "CCX_NPROC_RESULTS": self.threads,
-               "CCX_NPROC_EQUATION_SOLVER": self.threads}
-        done = subprocess.run([self.ccx, "-i", "job"], cwd=self.dir, env=env, capture_output=True, text=True)
+        done = subprocess.run([self.ccx, "-i", "job"], cwd=self.dir, env=environment(self.libs, self.threads),
+                              capture_output=True, text=True)
         if done.returncode != 0 or "*ERROR" in done.stdout:
             sys.exit(f"ccx failed in {self.dir}:\n{done.stdout[-2000:]}")
 
@@ -110,7 +74,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per job (median; default 5)")
     parser.add_argument("--ccx", help="ccx with external behaviours (default: .ci/calculix.sh's cache)")
     args = parser.parse_args(argv)
-    ccx = find_ccx(args.ccx)
+    ccx, why = find_ccx(args.ccx)
+    if ccx is None:
+        sys.exit(f"{why}; or pass --ccx")
     print_command()
     from adgrad.cli.common import load_model_or_config
     from adgrad.engine.export.build import export_model
