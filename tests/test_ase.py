@@ -396,7 +396,7 @@ def test_parts_give_the_same_bits_on_any_thread_count_and_the_serial_sums_within
             a.calc = calc
             results[part, threads] = (a.get_potential_energies(), a.get_forces(), a.get_stress(),
                                       calc._flat["R"].copy())
-            (order, base), b = calc._layout, calc._flat
+            (order, base, *_), b = calc._rows, calc._flat
     finally:
         numba.set_num_threads(before)
     serial, one, two = results[1 << 30, 1], results[8, 1], results[8, 2]
@@ -431,7 +431,7 @@ def test_a_row_that_loses_neighbours_is_padded_again(cu):
     atoms.get_forces()
 
     def rows():
-        (order, base), b = calc._layout, calc._flat
+        (order, base, *_), b = calc._rows, calc._flat
         return {int(i): (b["R"][base[t]:base[t + 1]], b["valid"][base[t]:base[t + 1]],
                          b["index"][base[t]:base[t + 1]], b["sn"][base[t]:base[t + 1]]) for t, i in enumerate(order)}
     kept, before = calc._list[0], {i: (index >= 0).sum() for i, (_, _, index, _) in rows().items()}

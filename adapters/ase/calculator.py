@@ -46,7 +46,7 @@ from .neighbours import lattice, neighbour_list
 SLOTS = 4       # neighbour slots come in multiples of this: runs whose counts differ by one share a kernel
 # a potential format -> its constant that is the cutoff
 CUTOFFS = {"eam": "cutoff", "eam/alloy": "cutoff", "eam/fs": "cutoff", "sw": "cut", "tersoff": "cut"}
-SERIAL_ROWS = 128    # rows of a kernel call per thread at least (a wake-up of the pool: ~0.1 ms)
+ROWS = 64       # rows of a kernel call per thread at least (a wake-up of the pool: ~0.05-0.1 ms)
 PART = 256      # atoms at least in a part of packing and assembly (a thread's wake-up: ~0.1 ms)
 MAX_PARTS = 8   # parts at most: each holds forces for every atom (24 bytes an atom)
 
@@ -237,17 +237,15 @@ class AdgradCalculator(Calculator):
         parts = _parts(n)
         P = len(parts) - 1
         _run(lambda w: _select(parts[w], parts[w + 1], x, first, j, S, basis, cutsq, V, J, count), P)
-        width = self._widths(count)
-        order = np.argsort(width, kind="stable")        # by width, then atom: follows from the positions alone
-        base = np.zeros(n + 1, dtype=np.int64)          # row t's slots: base[t] <= q < base[t + 1]
-        np.cumsum(width[order], out=base[1:])
+        fixed = self._fixed_width(count) if self.N is not None else 0
+        order, base, width, groups = self._rows
+        G = _layout(count, fixed, order, base, width, groups)      # by width, then atom: from the positions alone
         b = self._buffers(n, int(base[-1]))
         _run(lambda w: _pack(parts[w], parts[w + 1], order, base, first, count, V, J, self._species,
                              b["R"], b["valid"], b["index"], b["sn"], b["s"]), P)
-        self._layout = (order, base)        # kept for a look at the packed rows (tests)
-        cuts = np.flatnonzero(np.diff(width[order])) + 1
-        for t0, t1 in zip(np.r_[0, cuts], np.r_[cuts, n]):
-            self._run_kernel(int(width[order[t0]]), int(t0), int(t1), int(base[t0]), b)
+        for g in range(G):
+            t0, t1 = int(groups[g]), int(groups[g + 1])
+            self._run_kernel(int(width[order[t0]]), t0, t1, int(base[t0]), b)
         energies, forces, virial = np.empty(n), np.empty((n, 3)), np.zeros((P, 3, 3))
         scatter = forces[None] if P == 1 else b["forces"]
         _run(lambda w: _assemble(parts[w], parts[w + 1], order, base, count, b["G"], b["E"], b["index"], b["R"],
@@ -256,26 +254,23 @@ class AdgradCalculator(Calculator):
             _run(lambda w: _sum_parts(parts[w], parts[w + 1], scatter, forces), P)
         return energies, forces, virial.sum(axis=0)         # in part order, as the forces
 
-    def _widths(self, count):
-        """Each atom's slots: its count rounded up to a multiple of SLOTS (SLOTS at least); with N=, the
-        one width of every atom (N, grown to fit the most neighbours, as said through log)."""
-        if self.N is None:
-            return np.maximum(SLOTS, -(-count // SLOTS) * SLOTS)
+    def _fixed_width(self, count):
+        """N=: the one width of every atom, N grown to fit the most neighbours (said through log)."""
         most = int(count.max())
         if most > self.width:
             width = SLOTS * math.ceil(most / SLOTS)
             self._say(f"adgrad: an atom has {most} neighbours within the cutoff of {self.cutoff:g} A, more than "
-                          f"the {self.width} slots of the kernel; compiling for {width} (AdgradCalculator(N=...) "
-                          f"sets them from the start)")
+                      f"the {self.width} slots of the kernel; compiling for {width} (AdgradCalculator(N=...) "
+                      f"sets them from the start)")
             self.width = width
-        return np.full(len(count), self.width, dtype=np.int64)
+        return self.width
 
     def _run_kernel(self, width, t0, t1, q0, b):
         """The kernel of `width` slots on rows t0 <= t < t1, whose slots start at q0 in the flat buffers:
-        E and dE/dR in place. Fewer than SERIAL_ROWS rows a thread run on the calling thread alone."""
+        E and dE/dR in place, on a thread per ROWS rows (at most numba's thread count)."""
         kernel = self.kernels.get(width) or self._compile(width, t1 - t0)
         m, q1 = t1 - t0, q0 + (t1 - t0) * width
-        workers = max(1, min(numba.get_num_threads(), m // SERIAL_ROWS))
+        workers = max(1, min(numba.get_num_threads(), m // ROWS))
         if workers not in self._workspaces.setdefault(width, {}):
             self._workspaces[width][workers] = kernel.workspace(workers)
         inputs = {"R": b["R"][q0:q1].reshape(m, width, 3), "valid": b["valid"][q0:q1].reshape(m, width),
@@ -286,6 +281,8 @@ class AdgradCalculator(Calculator):
     def _finite(self, atoms, energies, forces):
         """A site energy or force that is NaN or infinite is an error, naming the atoms and their nearest
         neighbours (a model is undefined there: two atoms on one spot, a radius where its function is not)."""
+        if np.isfinite(energies.sum()) and np.isfinite(forces.sum()):     # the common case, in two reductions
+            return
         bad = np.flatnonzero(~(np.isfinite(energies) & np.isfinite(forces).all(axis=1)))
         if len(bad):
             first, (V, _, count) = self._list[0][0], self._pairs
@@ -302,7 +299,7 @@ class AdgradCalculator(Calculator):
         if len(atoms) != len(x0) or not (np.array_equal(atoms.cell.array, cell) and np.array_equal(atoms.pbc, pbc)
                                          and np.array_equal(atoms.numbers, numbers)):
             return True
-        moved = np.einsum("ij,ij->i", atoms.positions - x0, atoms.positions - x0).max(initial=0.0)
+        moved = _moved(atoms.positions, x0)
         if not moved < np.inf:      # NaN or inf: checked (and refused) by _build
             return True
         return moved > (self.skin / 2) ** 2 if self.skin > 0 else moved > 0.0
@@ -318,6 +315,9 @@ class AdgradCalculator(Calculator):
                       atoms.pbc.copy(), atoms.numbers.copy(), basis)
         # each step's pairs within the cutoff: atom i's count[i] of them at first[i]..., vectors V, atoms J
         self._pairs = (np.empty((len(j), 3)), np.empty(len(j), dtype=np.int64), np.empty(len(atoms), dtype=np.int64))
+        n = len(atoms)      # each step's rows (_layout): order, base, width, the groups' first rows
+        self._rows = (np.empty(n, dtype=np.int64), np.empty(n + 1, dtype=np.int64), np.empty(n, dtype=np.int64),
+                      np.empty(n + 1, dtype=np.int64))
 
     def _check(self, atoms):
         """The atoms' positions, cell, periodicity and elements, as the model needs them; returns the lattice
@@ -517,6 +517,48 @@ def _select(t0, t1, x, first, j, S, cell, cutsq, V, J, count):
                 J[k] = a
                 k += 1
         count[i] = k - first[i]
+
+
+@njit(cache=True, nogil=True)
+def _moved(x, x0):
+    """The largest squared displacement from x0 to x; inf if one is NaN."""
+    most = 0.0
+    for i in range(x.shape[0]):
+        d = (x[i, 0] - x0[i, 0]) ** 2 + (x[i, 1] - x0[i, 1]) ** 2 + (x[i, 2] - x0[i, 2]) ** 2
+        if not d <= most:
+            if d != d:
+                return np.inf
+            most = d
+    return most
+
+
+@njit(cache=True, nogil=True)
+def _layout(count, fixed, order, base, width, groups):
+    """The rows of a step: each atom's width (its count rounded up to a multiple of SLOTS, at least SLOTS;
+    or `fixed` > 0), the atoms ordered by width then index (order: a counting sort), row t's slots base[t]
+    <= q < base[t + 1], and the first rows of the widths present, groups[0] = 0 < ... < groups[G] = n.
+    Returns G, the number of widths."""
+    n, most = len(count), SLOTS
+    for i in range(n):
+        width[i] = fixed if fixed > 0 else max(SLOTS, (count[i] + SLOTS - 1) // SLOTS * SLOTS)
+        most = max(most, width[i])
+    start = np.zeros(most // SLOTS + 2, dtype=np.int64)
+    for i in range(n):
+        start[width[i] // SLOTS + 1] += 1
+    for k in range(len(start) - 1):
+        start[k + 1] += start[k]
+    for i in range(n):
+        k = width[i] // SLOTS
+        order[start[k]] = i
+        start[k] += 1
+    base[0], G = 0, 0
+    for t in range(n):
+        base[t + 1] = base[t] + width[order[t]]
+        if t == 0 or width[order[t]] != width[order[t - 1]]:
+            groups[G] = t
+            G += 1
+    groups[G] = n
+    return G
 
 
 @njit(cache=True, nogil=True)
