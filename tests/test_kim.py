@@ -244,6 +244,20 @@ def test_compressed_crystal_with_more_neighbours_than_slots_equals_lammps(tmp_pa
     assert abs(kt["press"] - rt["press"]) <= 1e-10 * abs(rt["press"])
 
 
+def test_atoms_of_different_neighbour_counts_in_one_kernel_equal_lammps(tmp_path, exported):
+    """Cu displaced by up to 0.5 A: the atoms' counts within the cutoff differ, so each of the driver's rows
+    (which it rewrites only between the last atom's count and the next one's) holds fewer neighbours after
+    more and more after fewer; per-atom energies and forces are still LAMMPS's."""
+    x, L = crystal("fcc", 3.615, 3, 0.5)
+    d = x[:, None, :] - x[None, :, :]
+    d -= L * np.round(d / L)
+    counts = (np.linalg.norm(d, axis=2) < 4.95).sum(axis=1) - 1
+    assert counts.max() - counts.min() >= 6 and counts.max() <= SLOTS["eam"], (counts.min(), counts.max())
+    (kt, ka), (rt, ra) = run_case(tmp_path, exported, "eam", x, L, np.ones(len(x), dtype=int))
+    assert close(ka["pe"], ra["pe"], 1e-10)
+    assert close(np.c_[ka["fx"], ka["fy"], ka["fz"]], np.c_[ra["fx"], ra["fy"], ra["fz"]], 1e-10)
+
+
 def test_more_neighbours_than_the_largest_kernel_is_a_kim_error(tmp_path, exported):
     """Cu at a = 2.0 A: about 250 neighbours within the cutoff, more than 4N = 192: LAMMPS stops with KIM's
     error, and kim.log names the particle, its count and the size to export with."""

@@ -229,7 +229,7 @@ def driver_source(kim: Plan, lays):
                         f"{_c_string(s)}), {j});" for j, s in enumerate(kim.species))
     return DRIVER % {
         "includes": includes, "name": _c_string(kim.name), "nk": k, "slots": ", ".join(str(n) for n in kim.slots),
-        "nspecies": len(kim.species), "cutoff": float(kim.cutoff).hex(), "block": BLOCK, "calls": "\n".join(calls),
+        "nspecies": len(kim.species), "species_rows": int(kim.has_species and len(kim.species) > 1), "cutoff": float(kim.cutoff).hex(), "block": BLOCK, "calls": "\n".join(calls),
         "news": news, "frees": frees, "species": species, "create": f"{kim.name}_kim_create",
         "species_list": _c_string(", ".join(kim.species)),
         "size_hint": _c_string(f"sizes: {kim.size}" if kim.size else "N in the model's R [N, 3]"),
@@ -246,6 +246,7 @@ DRIVER = r"""/* KIM portable model %(name)s: the KIM driver over adgrad's export
 %(includes)s
 #define NK %(nk)d                   /* kernels, by slot count */
 #define NSPECIES %(nspecies)d
+#define SPECIES_ROWS %(species_rows)d       /* sn is read and not always 0 */
 #define CUTOFF %(cutoff)s           /* A */
 #define BLOCK %(block)d             /* atoms per batch call */
 static const int SLOTS[NK] = {%(slots)s};
@@ -263,6 +264,7 @@ typedef struct kernel_block {       /* the padded rows of BLOCK atoms of one ker
     double *R, *valid, *s, *sn, *E, *g, *work;
     int64_t nwork;
     int *atom, *count, *nb;         /* the block's atoms, their neighbour counts and particle numbers per slot */
+    int *filled;                    /* per row: its valid slots (the rows past them are zeros) */
 } kernel_block;
 
 typedef struct args_buffer {
@@ -480,14 +482,19 @@ static int compute(const KIM_ModelCompute *mc, const KIM_ModelComputeArguments *
             R[3 * q] = x[3 * j] - x0;
             R[3 * q + 1] = x[3 * j + 1] - x1;
             R[3 * q + 2] = x[3 * j + 2] - x2;
-            valid[q] = 1.0;
-            sn[q] = codes[j];
             nb[q] = j;
+#if SPECIES_ROWS
+            sn[q] = codes[j];
+#endif
         }
-        for (int q = count; q < s; q++) {       /* the padding */
+        /* the row holds the last atom's: only the slots between its count and this one's change */
+        for (int q = kb->filled[a]; q < count; q++)
+            valid[q] = 1.0;
+        for (int q = count; q < kb->filled[a]; q++) {
             R[3 * q] = R[3 * q + 1] = R[3 * q + 2] = 0.0;
             valid[q] = sn[q] = 0.0;
         }
+        kb->filled[a] = count;
         if (kb->m == BLOCK && flush(&st, kb, which))
             return 1;
     }
@@ -508,7 +515,7 @@ static void free_arguments(args_buffer *ab) {
     for (int w = 0; w < NK; w++) {
         kernel_block *kb = &ab->k[w];
         free(kb->R); free(kb->g); free(kb->valid); free(kb->sn); free(kb->s); free(kb->E); free(kb->work);
-        free(kb->atom); free(kb->count); free(kb->nb);
+        free(kb->atom); free(kb->count); free(kb->nb); free(kb->filled);
     }
     free(ab->near);
     free(ab);
@@ -539,18 +546,19 @@ static int arguments_create(const KIM_ModelCompute *mc, KIM_ModelComputeArgument
         kb->ctx = b->kernel[w].ctx;
         kb->nwork = b->kernel[w].nwork;
         kb->n = (int)s;
-        kb->R = malloc(sizeof(double) * BLOCK * s * 3);
+        kb->R = calloc(BLOCK * s * 3, sizeof(double));     /* zeros: rows of no neighbours yet (filled) */
         kb->g = malloc(sizeof(double) * BLOCK * s * 3);
-        kb->valid = malloc(sizeof(double) * BLOCK * s);
-        kb->sn = malloc(sizeof(double) * BLOCK * s);
+        kb->valid = calloc(BLOCK * s, sizeof(double));
+        kb->sn = calloc(BLOCK * s, sizeof(double));
         kb->s = malloc(sizeof(double) * BLOCK);
         kb->E = malloc(sizeof(double) * BLOCK);
         kb->work = malloc(sizeof(double) * (kb->nwork > 0 ? kb->nwork : 1));
         kb->atom = malloc(sizeof(int) * BLOCK);
         kb->count = malloc(sizeof(int) * BLOCK);
         kb->nb = malloc(sizeof(int) * BLOCK * s);
+        kb->filled = calloc(BLOCK, sizeof(int));
         error = error || !kb->R || !kb->g || !kb->valid || !kb->sn || !kb->s || !kb->E || !kb->work || !kb->atom
-                || !kb->count || !kb->nb || kb->nwork < 0;
+                || !kb->count || !kb->nb || !kb->filled || kb->nwork < 0;
     }
     if (error) {
         free_arguments(ab);
