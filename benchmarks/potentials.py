@@ -153,6 +153,34 @@ def half_list(R, valid, index):
     return hR, hj, counts
 
 
+def lammps_crystal(lammps, lattice, reps, pair_style, pair_coeff, mass=None, temperature=600.0, skin=0.5, delay=0,
+                   timestep=0.002, displace=None, thermo=0):
+    """Set up LAMMPS object `lammps` (the lammps module's class, made by the caller with its command line) as
+    NVE of reps^3 cells of `lattice` ("fcc 3.615", "diamond 5.431"): one atom type of `mass` (None: the
+    potential file's), optionally displaced at random by up to `displace` A, velocities at `temperature`
+    K, `neighbor skin bin` checked every step after `delay`, fix nve with `timestep` ps; ready for `run`.
+    The one crystal setup of benchmarks/potentials.py (bench/in.eam) and benchmarks/simulations.py."""
+    lammps.commands_string(textwrap.dedent(f"""
+        units metal
+        atom_style atomic
+        lattice {lattice}
+        region box block 0 {reps} 0 {reps} 0 {reps}
+        create_box 1 box
+        create_atoms 1 box
+        {f"mass 1 {mass}" if mass is not None else ""}
+        {f"displace_atoms all random {displace} {displace} {displace} 4271 units box" if displace else ""}
+        pair_style {pair_style}
+        pair_coeff {pair_coeff}
+        velocity all create {temperature} 376847 loop geom
+        neighbor {skin} bin
+        neigh_modify every 1 delay {delay} check yes
+        fix 1 all nve
+        timestep {timestep}
+        thermo {thermo}
+    """))
+    return lammps
+
+
 def lammps_pair_ns(reps, steps, threads, suffix):
     """ns per atom-step in LAMMPS's Pair (bench/in.eam on reps^3 cells), from its timing breakdown."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -160,24 +188,10 @@ def lammps_pair_ns(reps, steps, threads, suffix):
         args = ["-log", str(log), "-screen", "none", "-nocite", "-sf", suffix]
         if suffix == "omp":
             args += ["-pk", "omp", str(threads)]
-        lmp = lo.lammps.lammps(cmdargs=args)
-        lmp.commands_string(textwrap.dedent(f"""
-            units metal
-            atom_style atomic
-            lattice fcc 3.615
-            region box block 0 {reps} 0 {reps} 0 {reps}
-            create_box 1 box
-            create_atoms 1 box
-            pair_style eam
-            pair_coeff 1 1 {lo.potential("Cu_u3.eam")}
-            velocity all create 1600.0 376847 loop geom
-            neighbor 1.0 bin
-            neigh_modify every 1 delay 5 check yes
-            fix 1 all nve
-            timestep 0.005
-            thermo 50
-            run {steps}
-        """))
+        lmp = lammps_crystal(lo.lammps.lammps(cmdargs=args), "fcc 3.615", reps, "eam",
+                             f"1 1 {lo.potential('Cu_u3.eam')}", temperature=1600.0, skin=1.0, delay=5,
+                             timestep=0.005, thermo=50)
+        lmp.command(f"run {steps}")
         natoms = lmp.get_natoms()
         lmp.close()
         text = log.read_text()

@@ -47,7 +47,7 @@ SLOTS = 4       # neighbour slots come in multiples of this: runs whose counts d
 # a potential format -> its constant that is the cutoff
 CUTOFFS = {"eam": "cutoff", "eam/alloy": "cutoff", "eam/fs": "cutoff", "sw": "cut", "tersoff": "cut"}
 ROWS = 64       # rows of a kernel call per thread at least (a wake-up of the pool: ~0.05-0.1 ms)
-PART = 256      # atoms at least in a part of packing and assembly (a thread's wake-up: ~0.1 ms)
+PART = 512      # atoms at least in a part of packing and assembly (a thread's hand-off: 0.04-0.1 ms)
 MAX_PARTS = 8   # parts at most: each holds forces for every atom (24 bytes an atom)
 
 
@@ -231,12 +231,12 @@ class AdgradCalculator(Calculator):
         """One step: each atom's neighbours within the cutoff selected from the list; the atoms ordered by
         their width (slots: the count rounded up to a multiple of SLOTS, or N=), each width's rows packed
         into one flat buffer, one kernel call per width, then forces, virial and energies assembled."""
-        (first, j, S), *_, basis = self._list
+        (first, j, shift), *_ = self._list
         n, x, cutsq = len(atoms), atoms.positions, self.cutoff ** 2
         V, J, count = self._pairs
         parts = _parts(n)
         P = len(parts) - 1
-        _run(lambda w: _select(parts[w], parts[w + 1], x, first, j, S, basis, cutsq, V, J, count), P)
+        _run(lambda w: _select(parts[w], parts[w + 1], x, first, j, shift, cutsq, V, J, count), P)
         fixed = self._fixed_width(count) if self.N is not None else 0
         order, base, width, groups = self._rows
         G = _layout(count, fixed, order, base, width, groups)      # by width, then atom: from the positions alone
@@ -311,7 +311,9 @@ class AdgradCalculator(Calculator):
         self._list = None
         basis, inverse = self._check(atoms)
         first, j, S = neighbour_list(atoms.positions, basis, inverse, atoms.pbc, self.cutoff + self.skin)
-        self._list = ((first, j, S), atoms.positions.copy(), atoms.cell.array.copy(),
+        shift = np.empty((len(j), 3))
+        _shifts(S, basis, shift)
+        self._list = ((first, j, shift), atoms.positions.copy(), atoms.cell.array.copy(),
                       atoms.pbc.copy(), atoms.numbers.copy(), basis)
         # each step's pairs within the cutoff: atom i's count[i] of them at first[i]..., vectors V, atoms J
         self._pairs = (np.empty((len(j), 3)), np.empty(len(j), dtype=np.int64), np.empty(len(atoms), dtype=np.int64))
@@ -499,19 +501,29 @@ def _run(call, parts):
 
 
 @njit(cache=True, nogil=True)
-def _select(t0, t1, x, first, j, S, cell, cutsq, V, J, count):
-    """Atoms t0 <= i < t1: the pairs of the list within the cutoff, their vectors into V and atoms into J at
-    first[i], first[i] + 1, ... (count[i] of them, in the list's order: nearest first when it was built).
-    The vector of pair p is x_j - x_i + S_p cell (S: the cell boundaries it crosses), made here rather than
-    by a numpy S @ cell (slower than this whole loop)."""
+def _shifts(S, cell, shift):
+    """shift[p] = S_p cell, the image shift of pair p, as the list's own test made it (neighbours.py): x_j - x_i
+    + shift[p] is then the vector that test measured, to the bit."""
+    for p in range(S.shape[0]):
+        s0, s1, s2 = S[p, 0], S[p, 1], S[p, 2]
+        shift[p, 0] = s0 * cell[0, 0] + s1 * cell[1, 0] + s2 * cell[2, 0]
+        shift[p, 1] = s0 * cell[0, 1] + s1 * cell[1, 1] + s2 * cell[2, 1]
+        shift[p, 2] = s0 * cell[0, 2] + s1 * cell[1, 2] + s2 * cell[2, 2]
+
+
+@njit(cache=True, nogil=True)
+def _select(t0, t1, x, first, j, shift, cutsq, V, J, count):
+    """Atoms t0 <= i < t1: the pairs of the list within the cutoff, their vectors x_j - x_i + shift into V and
+    atoms into J at first[i], first[i] + 1, ... (count[i] of them, in the list's order: nearest first when
+    it was built)."""
     for i in range(t0, t1):
         k = first[i]
+        xi, yi, zi = x[i, 0], x[i, 1], x[i, 2]
         for p in range(first[i], first[i + 1]):
             a = j[p]
-            s0, s1, s2 = S[p, 0], S[p, 1], S[p, 2]
-            dx = x[a, 0] - x[i, 0] + (s0 * cell[0, 0] + s1 * cell[1, 0] + s2 * cell[2, 0])
-            dy = x[a, 1] - x[i, 1] + (s0 * cell[0, 1] + s1 * cell[1, 1] + s2 * cell[2, 1])
-            dz = x[a, 2] - x[i, 2] + (s0 * cell[0, 2] + s1 * cell[1, 2] + s2 * cell[2, 2])
+            dx = x[a, 0] - xi + shift[p, 0]
+            dy = x[a, 1] - yi + shift[p, 1]
+            dz = x[a, 2] - zi + shift[p, 2]
             if dx * dx + dy * dy + dz * dz < cutsq:
                 V[k, 0], V[k, 1], V[k, 2] = dx, dy, dz
                 J[k] = a
