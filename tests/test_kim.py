@@ -311,6 +311,31 @@ def test_export_refuses_what_is_not_a_kim_site_energy(tmp_path):
         assert not (tmp_path / d).exists()
 
 
+@pytest.mark.parametrize("cut", [0.0, -1.0, float("nan"), float("inf")])
+def test_export_refuses_a_model_whose_cutoff_is_not_a_positive_distance(tmp_path, monkeypatch, cut):
+    """A cutoff the readers let through (0: Stillinger-Weber's a = 0) or one a table built in code may hold
+    (negative, NaN, infinite: the Si.sw reader patched to give it) exits 2 naming the model file and the value,
+    rather than a KIM model that finds no neighbours or every one."""
+    from adgrad.engine import potentials
+    path = model_file(tmp_path, "sw")
+    if cut == 0.0:      # a copy of Si.sw with a = 0 (its third parameter), in tmp
+        sw = tmp_path / "a0.sw"
+        sw.write_text((POTENTIALS / "Si.sw").read_text().replace("2.0951  1.80", "2.0951  0.0"))
+        path.write_text(path.read_text().replace(str(POTENTIALS / "Si.sw"), str(sw)))
+    else:
+        read = potentials.READERS["sw"]
+
+        def patched(files, elements=None):
+            pot = read(files, elements)
+            pot.constants["cut"] = np.full_like(pot.constants["cut"], cut)
+            return pot
+        monkeypatch.setitem(potentials.READERS, "sw", patched)
+    code, text = export(path, tmp_path / "out", "--kim", "x")
+    assert code == 2, text
+    assert f"{path}: params.sw: the potential's cut is {cut:g}, not a finite positive distance (A)" in text, text
+    assert not (tmp_path / "out").exists()
+
+
 # A minimal KIM simulator: four atoms of a tetrahedron, all neighbours of each other, the first with the position
 # and every atom with the species code given on the command line; prints the compute's status and the energy.
 SIMULATOR = r"""

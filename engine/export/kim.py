@@ -24,12 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DataError, JobError, SpecError
+from ..potentials.cutoff import CUTOFFS, CutoffError, model_cutoff
 
 MODEL_LIBRARY = "libkim-api-portable-model.so"  # what KIM looks for in <collection dir>/<NAME>/
 LADDER = (1, 2, 4)          # kernels of N, 2N and 4N slots
 BLOCK = 64                  # atoms per batch call
-# a potential format -> its constant that is the cutoff (the largest, for per-triplet cutoffs)
-CUTOFFS = {"eam": "cutoff", "eam/alloy": "cutoff", "eam/fs": "cutoff", "sw": "cut", "tersoff": "cut"}
 ELEMENTS = set("""H He Li Be B C N O F Ne Na Mg Al Si P S Cl Ar K Ca Sc Ti V Cr Mn Fe Co Ni Cu Zn Ga Ge As Se Br
 Kr Rb Sr Y Zr Nb Mo Tc Ru Rh Pd Ag Cd In Sn Sb Te I Xe Cs Ba La Ce Pr Nd Pm Sm Eu Gd Tb Dy Ho Er Tm Yb Lu Hf Ta W
 Re Os Ir Pt Au Hg Tl Pb Bi Po At Rn Fr Ra Ac Th Pa U Np Pu Am Cm Bk Cf Es Fm Md No Lr Rf Db Sg Bh Hs Mt Ds Rg Cn
@@ -71,18 +70,6 @@ def check_contract(model):
     return energy, n
 
 
-def model_cutoff(model):
-    """The largest cutoff of the model's potential files, or None if a table param has none."""
-    from ..potentials.base import Potential
-    found = []
-    for name, val in model.tables.items():
-        key = CUTOFFS.get(val.format) if isinstance(val, Potential) else None
-        if key is None or key not in val.constants:
-            return None
-        found.append(float(np.max(val.constants[key])))
-    return max(found) if found else None
-
-
 def plan(model, name, species=None, cutoff=None) -> Plan:
     """The KIM model of `model` named `name`, checked (SpecError/DataError: exit 2). species: KIM
     species names in the model's species order (default: the elements of its potential files);
@@ -93,18 +80,21 @@ def plan(model, name, species=None, cutoff=None) -> Plan:
                         f"with a digit)")
     energy, n = check_contract(model)
     path = model.spec.path
-    known = model_cutoff(model)
+    try:
+        known, complete = model_cutoff(model)
+    except CutoffError as exc:
+        raise DataError(f"{exc}; adgrad export --kim takes neighbours within it") from None
     if cutoff is None:
-        if known is None:
+        if known is None or not complete:
             raise DataError(f"model '{model.name}': its cutoff is not known from its params (only potential files "
-                            f"of format {', '.join(CUTOFFS)} give one); give --cutoff, the distance (A) beyond which "
-                            f"no neighbour changes a site energy")
-        cutoff = known
+                            f"of format {', '.join(CUTOFFS)} give one, and a table param none); give --cutoff, the "
+                            f"distance (A) beyond which no neighbour changes a site energy")
+        cutoff = known[0]
     elif not (np.isfinite(cutoff) and cutoff > 0):
         raise DataError(f"--cutoff {cutoff}: give a positive distance in A")
-    elif known is not None and cutoff < known:
-        raise DataError(f"--cutoff {cutoff:g} is smaller than the model's cutoff {known:g} A (its potential files'): "
-                        f"neighbours between them would be left out")
+    elif known is not None and cutoff < known[0]:
+        raise DataError(f"--cutoff {cutoff:g} is smaller than the model's cutoff {known[0]:g} A ({known[1]} of "
+                        f"{path}): neighbours between them would be left out")
     potentials = [v.elements for v in model.tables.values() if isinstance(v, Potential)]
     if species is None:
         if not potentials:
