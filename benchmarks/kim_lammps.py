@@ -18,6 +18,7 @@ and lammps-data (.ci/kim.sh installs them).
 import argparse
 import os
 import platform
+import re
 import shlex
 import statistics
 import subprocess
@@ -30,27 +31,17 @@ ROOT = Path(__file__).resolve().parents[1]
 POTENTIALS = Path("/usr/share/lammps/potentials")
 LMP, MPIRUN = "/usr/bin/lmp", "/usr/bin/mpirun"
 
-EAM = """\
-adgrad: 1
-name: bench_eam
-sizes:
-  N: {n}
-inputs:
-  R: [N, 3]
-  valid: [N]
-  s: []
-  sn: [N]
-params:
-  pot: {{potential: {path}}}
-let:
-  r: norm(R, axis=1)
-  inside: (valid > 0.5) & (r < pot.cutoff)
-  density: sum(where(inside, pot.rho[s, sn](r), 0.0))
-outputs:
-  E: pot.F[s](density) + 0.5 * sum(where(inside, pot.phi[s, sn](r), 0.0))
-"""
+_saved, _here = sys.path[:], Path(__file__).resolve().parent
+# tests/lammps_oracle.py (the EAM model's text) loads the lammps package, which a module of benchmarks/ must not
+# shadow
+sys.path[:] = [str(ROOT / "tests")] + [d for d in sys.path if Path(d or ".").resolve() != _here]
+try:
+    import lammps_oracle as lo  # noqa: E402
+finally:
+    sys.path[:] = _saved
 
-# case: (model, pair style, potential file, species, mass, lattice, a, cells, slots N, target ratio)
+# case: (model (None: configs/cu_eam_model.yaml), pair style, potential file, species, mass, lattice, a, cells,
+# slots N, target ratio)
 CASES = {
     "eam": (None, "eam", "Cu_u3.eam", "Cu", 63.55, "fcc", 3.615, 10, 44, 1.3),     # 42 neighbours within the cutoff
     "sw": ("si_sw_model.yaml", "sw", "Si.sw", "Si", 28.0855, "diamond", 5.431, 8, 4, 1.5),     # 4 (2N, 4N: more)
@@ -61,9 +52,8 @@ CASES = {
 def model_file(tmp, case):
     model, _, pot, *_, n, _ = CASES[case]
     if model is None:
-        text = EAM.format(n=n, path=POTENTIALS / pot)
+        text = lo.eam_model(POTENTIALS / pot, n=n, name="bench_eam")
     else:
-        import re
         text = (ROOT / "configs" / model).read_text()
         text = re.sub(r"\{potential: [^}]*\}", f"{{potential: {POTENTIALS / pot}}}", text)
         text = re.sub(r"(\n  N: )\d+", rf"\g<1>{n}", text)
@@ -74,8 +64,8 @@ def model_file(tmp, case):
 
 def export(tmp, case, cpu):
     out = tmp / f"export_{case}"
-    argv = [str(Path(sys.executable).with_name("adgrad")), "export", str(model_file(tmp, case)), "--kim", f"bench_{case}",
-            "-o", str(out), "--cpu", cpu, "-q", "--overwrite"]
+    argv = [str(Path(sys.executable).with_name("adgrad")), "export", str(model_file(tmp, case)), "--kim",
+            f"bench_{case}", "-o", str(out), "--cpu", cpu, "-q", "--overwrite"]
     if case == "eam":
         argv += ["--species", "Cu"]
     done = subprocess.run(argv, capture_output=True, text=True)

@@ -19,6 +19,7 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+import lammps_oracle as lo
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -37,28 +38,8 @@ WHY = ("no /usr/bin/lmp (apt-get install lammps)" if not LMP else
        else f"no {POTENTIALS} (apt-get install lammps-data)" if not POTENTIALS.is_dir() else None)
 pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")
 
-EAM = """
-    adgrad: 1
-    name: {name}
-    sizes:
-      N: {n}
-    inputs:
-      R: [N, 3]
-      valid: [N]
-      s: []
-      sn: [N]
-    params:
-      pot: {{potential: {path}}}
-    let:
-      r: norm(R, axis=1)
-      inside: (valid > 0.5) & (r < pot.cutoff)
-      density: sum(where(inside, pot.rho[s, sn](r), 0.0))
-    outputs:
-      E: pot.F[s](density) + 0.5 * sum(where(inside, pot.phi[s, sn](r), 0.0))
-"""
-
-# name: (model, LAMMPS pair_style, its pair_coeff file, KIM species of types 1, 2..., masses (the files': pair_style
-# eam and eam/alloy set them from the file), lattice, a, jitter)
+# name: (model (eam, alloy: configs/cu_eam_model.yaml), LAMMPS pair_style, its pair_coeff file, KIM species of
+# types 1, 2..., masses (the files': pair_style eam and eam/alloy set them from the file), lattice, a, jitter)
 CASES = {
     "eam": ("eam", "eam", "Cu_u3.eam", ("Cu",), (63.55,), "fcc", 3.615, 0.05),
     "alloy": ("alloy", "eam/alloy", "CuNi.eam.alloy", ("Cu", "Ni"), (63.546, 58.689), "fcc", 3.56, 0.05),
@@ -73,9 +54,10 @@ def model_file(tmp, case, n=None):
     model, _, pot, *_ = CASES[case]
     path = tmp / f"{case}_{n or 'model'}.yaml"
     if model in ("eam", "alloy"):
-        text = textwrap.dedent(EAM.format(name=f"kim_{case}", n=n or SLOTS[case], path=POTENTIALS / pot))
+        text = lo.eam_model(POTENTIALS / pot, n=n or SLOTS[case], name=f"kim_{case}")
     else:
-        text = re.sub(r"\{potential: [^}]*\}", f"{{potential: {POTENTIALS / pot}}}", (ROOT / "configs" / model).read_text())
+        text = re.sub(r"\{potential: [^}]*\}", f"{{potential: {POTENTIALS / pot}}}",
+                      (ROOT / "configs" / model).read_text())
     path.write_text(text)
     return path
 
@@ -114,8 +96,9 @@ def lammps(tmp, x, L, types, masses, pair, ranks=1, units="metal", steps=0, mode
     the process's result)."""
     d = tmp / tag
     d.mkdir(exist_ok=True)
-    lines = ["adgrad test_kim", "", f"{len(x)} atoms", f"{len(masses)} atom types", f"0 {float(L)!r} xlo xhi", f"0 {float(L)!r} ylo yhi",
-             f"0 {float(L)!r} zlo zhi", "", "Masses", ""] + [f"{t} {m}" for t, m in enumerate(masses, 1)]
+    lines = ["adgrad test_kim", "", f"{len(x)} atoms", f"{len(masses)} atom types", f"0 {float(L)!r} xlo xhi",
+             f"0 {float(L)!r} ylo yhi", f"0 {float(L)!r} zlo zhi", "", "Masses", ""]
+    lines += [f"{t} {m}" for t, m in enumerate(masses, 1)]
     lines += ["", "Atoms # atomic", ""] + [f"{i} {t} {float(p[0])!r} {float(p[1])!r} {float(p[2])!r}" for i, (t, p) in
                                            enumerate(zip(types, x), 1)]
     (d / "atoms.data").write_text("\n".join(lines) + "\n")

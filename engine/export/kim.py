@@ -219,7 +219,8 @@ def driver_source(kim: Plan, lays):
                         f"{_c_string(s)}), {j});" for j, s in enumerate(kim.species))
     return DRIVER % {
         "includes": includes, "name": _c_string(kim.name), "nk": k, "slots": ", ".join(str(n) for n in kim.slots),
-        "nspecies": len(kim.species), "species_rows": int(kim.has_species and len(kim.species) > 1), "cutoff": float(kim.cutoff).hex(), "block": BLOCK, "calls": "\n".join(calls),
+        "nspecies": len(kim.species), "species_rows": int(kim.has_species and len(kim.species) > 1),
+        "cutoff": float(kim.cutoff).hex(), "block": BLOCK, "calls": "\n".join(calls),
         "news": news, "frees": frees, "species": species, "create": f"{kim.name}_kim_create",
         "species_list": _c_string(", ".join(kim.species)),
         "size_hint": _c_string(f"sizes: {kim.size}" if kim.size else "N in the model's R [N, 3]"),
@@ -634,7 +635,8 @@ int %(create)s(KIM_ModelCreate *mc, KIM_LengthUnit length, KIM_EnergyUnit energy
 }
 """
 
-SCHEMA = r"""// KIM's record of the portable model %(name)s (KIM_SharedLibrarySchema.hpp, schema version 2); written by adgrad.
+SCHEMA = r"""// KIM's record of the portable model %(name)s (KIM_SharedLibrarySchema.hpp, schema version 2);
+// written by adgrad.
 #include <cstddef>
 #include "KIM_FunctionTypes.hpp"
 #include "KIM_LanguageName.hpp"
