@@ -7,7 +7,10 @@ ranks, runs interleaved round-robin, --repeats times. LAMMPS's own timing breakd
 time (the average over ranks); reported: ns of Pair time per atom-step (wall: a 2-rank run's atoms
 are shared by both), the ratio KIM / own on the same ranks (targets: EAM <= 1.3, SW and Tersoff
 <= 1.5), and the strong scaling 1 -> 2 ranks of each (time on 1 / time on 2) with its ratio KIM /
-own (target >= 1). Medians of the repeats; a PNG bar chart with --plot.
+own (target >= 1). Times are medians of the repeats; a ratio KIM / own is the median of each repeat's
+ratio of its two runs, made one after the other (in alternating order) so that they share the
+machine's load, with the lowest and highest; the load average before and after. A PNG bar chart with
+--plot.
 
     python benchmarks/kim_lammps.py                          # 200 steps, 3 repeats
     python benchmarks/kim_lammps.py --steps 100 --repeats 5 --plot /tmp/lammps.png
@@ -126,19 +129,23 @@ def main(argv=None):
         tmp = Path(t)
         models = {case: export(tmp, case, args.cpu) for case in cases}
         times = {}
-        for _ in range(args.repeats):           # round-robin: the machine's load falls on every variant alike
+        for rep in range(args.repeats):         # round-robin: the machine's load falls on every variant alike
             for case in cases:
                 for ranks in (1, 2):
-                    for style in ("kim", "own"):
+                    for style in ("kim", "own")[::1 if rep % 2 == 0 else -1]:
                         sec, n = run(tmp, case, style, ranks, args.steps, models[case])
                         times.setdefault((case, style, ranks), []).append(sec / (n * args.steps) * 1e9)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"Pair time per atom-step (ns, wall; median of {args.repeats}), {args.steps} NVE steps from 600 K")
-    print(f"{'model':8} {'ranks':>5} {'KIM':>8} {'own':>8} {'KIM/own':>8} {'target':>7}")
+    print(f"load after: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    print(f"Pair time per atom-step (ns, wall; median of {args.repeats}), {args.steps} NVE steps from 600 K; KIM/own: "
+          f"the median of the repeats' ratios (lowest-highest)")
+    print(f"{'model':8} {'ranks':>5} {'KIM':>8} {'own':>8} {'KIM/own':>8} {'range':>11} {'target':>7}")
     for case in cases:
         for ranks in (1, 2):
             k, o = med[case, "kim", ranks], med[case, "own", ranks]
-            print(f"{case:8} {ranks:5d} {k:8.1f} {o:8.1f} {k / o:8.2f} {'<= ' + str(CASES[case][-1]):>7}")
+            ratios = [a / b for a, b in zip(times[case, "kim", ranks], times[case, "own", ranks])]
+            print(f"{case:8} {ranks:5d} {k:8.1f} {o:8.1f} {statistics.median(ratios):8.2f} "
+                  f"{min(ratios):5.2f}-{max(ratios):<5.2f} {'<= ' + str(CASES[case][-1]):>7}")
     print("strong scaling 1 -> 2 ranks (time on 1 / time on 2)")
     for case in cases:
         sk = med[case, "kim", 1] / med[case, "kim", 2]
