@@ -252,7 +252,7 @@ STAGES = {  # what an MD step does -> the functions timed for it: methods of the
     "the calculation (calculate)": ["calculate"],
     "  staleness test": ["_stale"],
     "  neighbour list rebuilt (amortized)": ["_build"],
-    "  pairs within the cutoff selected": ["_run:_select"],
+    "  pairs within the cutoff counted (positions wrapped)": ["_run:_count", "wrap"],
     "  rows ordered by width": ["_layout"],
     "  rows packed": ["_run:_pack"],
     "  kernels (E and dE/dR), all widths": ["_run_kernel"],

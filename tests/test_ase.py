@@ -380,11 +380,13 @@ def test_multi_element_stillinger_weber_by_name_equals_lammps():
 
 def test_parts_give_the_same_bits_on_any_thread_count_and_the_serial_sums_within_round_off(cu_model, monkeypatch):
     """Packing and assembly run in parts of the atoms (calculator.PART at least, MAX_PARTS at most), one
-    thread each: the parts follow from the number of atoms alone, so one thread or two give the same bits;
-    against one part (the serial scatter) the packed inputs and energies are the same bits, and forces and
-    stress differ by the round-off of summing each atom's terms part by part."""
+    thread each, and a kernel's rows on a thread per calculator.ROWS (8 here: two threads): the parts
+    follow from the number of atoms alone, so one thread or two give the same bits; against one part (the
+    serial scatter) the packed inputs and energies are the same bits, and forces and stress differ by the
+    round-off of summing each atom's terms part by part."""
     from adgrad.ase import calculator
     atoms = copper(reps=3)                  # 108 atoms
+    monkeypatch.setattr(calculator, "ROWS", 8)
     results = {}
     before = numba.get_num_threads()
     try:

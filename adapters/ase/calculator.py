@@ -1,16 +1,16 @@
 """AdgradCalculator: an adgrad site-energy model as an ASE calculator (docs/ase.md).
 
-A step: a neighbour list (neighbours.py, kept between steps while no atom has moved more than half the
-skin), each atom's pairs within the cutoff selected from it, the atoms ordered by their width (their
-count rounded up to a multiple of SLOTS) and packed into the model's padded inputs R / valid / s / sn,
-one flat buffer holding every width's rows; one kernel call per width (a kernel compiled for each width
-the atoms meet: a three-body model's N x N terms follow each atom's own neighbours, 16 for an atom with
-4, not the 256 of 16 slots), E and dE/dR into reused buffers; then forces and the virial assembled from
-dE/dR. Selection, packing and assembly are numba loops over parts of the atoms (PART atoms at least,
-MAX_PARTS parts at most, a power of two) on adgrad's threads (engine/kernel.py run_threads, as the
-kernel's). A part scatters its rows' terms into forces and a virial of its own; the parts' forces are
-then summed in part order. The parts and the order follow from the positions alone: the same bits on
-any thread count, and within round-off of one serial scatter (2 m eps times the sum of an atom's m
+A step: a neighbour list (neighbours.py: 8 bytes a pair, kept between steps while no atom has moved
+more than half the skin); each atom's pairs within the cutoff counted from it; the atoms ordered by their
+width (their count rounded up to a multiple of SLOTS) and packed into the model's padded inputs R / valid
+/ s / sn, one flat buffer holding every width's rows; one kernel call per width (a kernel compiled for
+each width the atoms meet: a three-body model's N x N terms follow each atom's own neighbours, 16 for an
+atom with 4, not the 256 of 16 slots), E and dE/dR into reused buffers; then forces and the virial
+assembled from dE/dR. Counting, packing and assembly are numba loops over parts of the atoms (PART atoms
+at least, MAX_PARTS parts at most, a power of two) on adgrad's threads (engine/kernel.py run_threads, as
+the kernel's). A part scatters its rows' terms into forces and a virial of its own; the parts' forces
+are then summed in part order. The parts and the order follow from the positions alone: the same bits
+on any thread count, and within round-off of one serial scatter (2 m eps times the sum of an atom's m
 terms' magnitudes; tests/test_ase.py).
 
 Every argument is checked where it enters: the constructor's when it is called, the atoms' (positions,
@@ -41,7 +41,7 @@ from adgrad.engine.kernel import run_threads
 from adgrad.engine.potentials import Potential
 from adgrad.engine.tools.cell_list import independent
 
-from .neighbours import lattice, neighbour_list
+from .neighbours import image_list, lattice, wrap
 
 SLOTS = 4       # neighbour slots come in multiples of this: runs whose counts differ by one share a kernel
 # a potential format -> its constant that is the cutoff
@@ -228,21 +228,24 @@ class AdgradCalculator(Calculator):
             self.results["stress"] = full_3x3_to_voigt_6_stress((virial + virial.T) / (2 * atoms.get_volume()))
 
     def _evaluate(self, atoms):
-        """One step: each atom's neighbours within the cutoff selected from the list; the atoms ordered by
+        """One step: each atom's neighbours within the cutoff counted from the list; the atoms ordered by
         their width (slots: the count rounded up to a multiple of SLOTS, or N=), each width's rows packed
-        into one flat buffer, one kernel call per width, then forces, virial and energies assembled."""
-        (first, j, shift), *_ = self._list
-        n, x, cutsq = len(atoms), atoms.positions, self.cutoff ** 2
-        V, J, count = self._pairs
+        from the list (the vectors made again, as counted) into one flat buffer, one kernel call per width,
+        then forces, virial and energies assembled. Two passes over the list's 8 bytes a pair, where a
+        pass writing each pair's vector for the pack to copy moved 64 bytes a pair more (a 4000-atom step
+        is bound by memory bandwidth)."""
+        im, *_, basis = self._list
+        n, cutsq, count = len(atoms), self.cutoff ** 2, self._count
+        p = wrap(atoms.positions, im.moved, basis, self._wrapped)
         parts = _parts(n)
         P = len(parts) - 1
-        _run(lambda w: _select(parts[w], parts[w + 1], x, first, j, shift, cutsq, V, J, count), P)
+        _run(lambda w: _count(parts[w], parts[w + 1], p, im.first, im.j, im.code, im.shifts, cutsq, count), P)
         fixed = self._fixed_width(count) if self.N is not None else 0
         order, base, width, groups = self._rows
         G = _layout(count, fixed, order, base, width, groups)      # by width, then atom: from the positions alone
         b = self._buffers(n, int(base[-1]))
-        _run(lambda w: _pack(parts[w], parts[w + 1], order, base, first, count, V, J, self._species,
-                             b["R"], b["valid"], b["index"], b["sn"], b["s"]), P)
+        _run(lambda w: _pack(parts[w], parts[w + 1], order, base, p, im.first, im.j, im.code, im.shifts, cutsq,
+                             self._species, b["R"], b["valid"], b["index"], b["sn"], b["s"]), P)
         for g in range(G):
             t0, t1 = int(groups[g]), int(groups[g + 1])
             self._run_kernel(int(width[order[t0]]), t0, t1, int(base[t0]), b)
@@ -285,8 +288,10 @@ class AdgradCalculator(Calculator):
             return
         bad = np.flatnonzero(~(np.isfinite(energies) & np.isfinite(forces).all(axis=1)))
         if len(bad):
-            first, (V, _, count) = self._list[0][0], self._pairs
-            r = [np.linalg.norm(V[first[i]:first[i] + count[i]], axis=1).min(initial=np.inf) for i in bad[:3]]
+            (order, base, *_), R, count = self._rows, self._flat["R"], self._count
+            row = np.empty(len(order), dtype=np.int64)
+            row[order] = np.arange(len(order))
+            r = [np.linalg.norm(R[base[row[i]]:base[row[i]] + count[i]], axis=1).min(initial=np.inf) for i in bad[:3]]
             near = ", ".join(f"atom {i} ({atoms[i].symbol}: site energy {energies[i]:g}, nearest neighbour at "
                              f"{d:g} A)" for i, d in zip(bad[:3], r))
             raise ValueError(f"{self.path} gives a non-finite energy or force at {len(bad)} atom(s), first {near}; "
@@ -310,14 +315,12 @@ class AdgradCalculator(Calculator):
         whatever the cell's size)."""
         self._list = None
         basis, inverse = self._check(atoms)
-        first, j, S = neighbour_list(atoms.positions, basis, inverse, atoms.pbc, self.cutoff + self.skin)
-        shift = np.empty((len(j), 3))
-        _shifts(S, basis, shift)
-        self._list = ((first, j, shift), atoms.positions.copy(), atoms.cell.array.copy(),
-                      atoms.pbc.copy(), atoms.numbers.copy(), basis)
-        # each step's pairs within the cutoff: atom i's count[i] of them at first[i]..., vectors V, atoms J
-        self._pairs = (np.empty((len(j), 3)), np.empty(len(j), dtype=np.int64), np.empty(len(atoms), dtype=np.int64))
-        n = len(atoms)      # each step's rows (_layout): order, base, width, the groups' first rows
+        images = image_list(atoms.positions, basis, inverse, atoms.pbc, self.cutoff + self.skin)
+        self._list = (images, atoms.positions.copy(), atoms.cell.array.copy(), atoms.pbc.copy(),
+                      atoms.numbers.copy(), basis)
+        n = len(atoms)      # each step's wrapped positions and counts of neighbours within the cutoff
+        self._wrapped, self._count = np.empty((n, 3)), np.empty(n, dtype=np.int64)
+        # each step's rows (_layout): order, base, width, the groups' first rows
         self._rows = (np.empty(n, dtype=np.int64), np.empty(n + 1, dtype=np.int64), np.empty(n, dtype=np.int64),
                       np.empty(n + 1, dtype=np.int64))
 
@@ -381,8 +384,8 @@ class AdgradCalculator(Calculator):
         b = self._flat
         if b is None or len(b["s"]) != n or len(b["valid"]) < slots:
             room = slots if b is None or len(b["s"]) != n else slots + slots // 4
-            b = self._flat = {"R": np.zeros((room, 3)), "valid": np.zeros(room), "index": np.full(room, -1),
-                              "sn": np.zeros(room), "G": np.zeros((room, 3)), "s": np.zeros(n), "E": np.zeros(n),
+            b = self._flat = {"R": np.zeros((room, 3)), "valid": np.zeros(room),
+                              "index": np.full(room, -1, dtype=np.int32), "sn": np.zeros(room), "G": np.zeros((room, 3)), "s": np.zeros(n), "E": np.zeros(n),
                               "forces": np.zeros((len(_parts(n)) - 1, n, 3))}
         return b
 
@@ -507,34 +510,20 @@ def _run(call, parts):
 
 
 @njit(cache=True, nogil=True)
-def _shifts(S, cell, shift):
-    """shift[p] = S_p cell, the image shift of pair p, as the list's own test made it (neighbours.py): x_j - x_i
-    + shift[p] is then the vector that test measured, to the bit."""
-    for p in range(S.shape[0]):
-        s0, s1, s2 = S[p, 0], S[p, 1], S[p, 2]
-        shift[p, 0] = s0 * cell[0, 0] + s1 * cell[1, 0] + s2 * cell[2, 0]
-        shift[p, 1] = s0 * cell[0, 1] + s1 * cell[1, 1] + s2 * cell[2, 1]
-        shift[p, 2] = s0 * cell[0, 2] + s1 * cell[1, 2] + s2 * cell[2, 2]
-
-
-@njit(cache=True, nogil=True)
-def _select(t0, t1, x, first, j, shift, cutsq, V, J, count):
-    """Atoms t0 <= i < t1: the pairs of the list within the cutoff, their vectors x_j - x_i + shift into V and
-    atoms into J at first[i], first[i] + 1, ... (count[i] of them, in the list's order: nearest first when
-    it was built)."""
+def _count(t0, t1, p, first, J, code, shifts, cutsq, count):
+    """Atoms t0 <= i < t1: count[i], its pairs of the list within the cutoff, their vectors made as _pack
+    makes them (the same bits, the same decisions)."""
     for i in range(t0, t1):
-        k = first[i]
-        xi, yi, zi = x[i, 0], x[i, 1], x[i, 2]
-        for p in range(first[i], first[i + 1]):
-            a = j[p]
-            dx = x[a, 0] - xi + shift[p, 0]
-            dy = x[a, 1] - yi + shift[p, 1]
-            dz = x[a, 2] - zi + shift[p, 2]
+        k = 0
+        xi, yi, zi = p[i, 0], p[i, 1], p[i, 2]
+        for e in range(first[i], first[i + 1]):
+            a, c = J[e], code[e]
+            dx = p[a, 0] - xi + shifts[c, 0]
+            dy = p[a, 1] - yi + shifts[c, 1]
+            dz = p[a, 2] - zi + shifts[c, 2]
             if dx * dx + dy * dy + dz * dz < cutsq:
-                V[k, 0], V[k, 1], V[k, 2] = dx, dy, dz
-                J[k] = a
                 k += 1
-        count[i] = k - first[i]
+        count[i] = k
 
 
 @njit(cache=True, nogil=True)
@@ -580,18 +569,24 @@ def _layout(count, fixed, order, base, width, groups):
 
 
 @njit(cache=True, nogil=True)
-def _pack(t0, t1, order, base, first, count, V, J, species, R, valid, index, sn, s):
-    """Rows t0 <= t < t1 (atom order[t]): its neighbours into slots base[t], base[t] + 1, ..., padding after
-    them up to base[t + 1] (R 0, valid 0, index -1, sn 0)."""
+def _pack(t0, t1, order, base, p, first, J, code, shifts, cutsq, species, R, valid, index, sn, s):
+    """Rows t0 <= t < t1 (atom i = order[t]): its pairs of the list within the cutoff, vectors p_j - p_i +
+    shifts[code] (as _count made them), into slots base[t], base[t] + 1, ..., padding after them up to
+    base[t + 1] (R 0, valid 0, index -1, sn 0)."""
     for t in range(t0, t1):
-        i, q0, q1 = order[t], base[t], base[t + 1]
-        f, m = first[i], count[i]
+        i, q, q1 = order[t], base[t], base[t + 1]
         s[t] = species[i]
-        for k in range(m):
-            a, q = J[f + k], q0 + k
-            R[q, 0], R[q, 1], R[q, 2] = V[f + k, 0], V[f + k, 1], V[f + k, 2]
-            valid[q], index[q], sn[q] = 1.0, a, species[a]
-        for q in range(q0 + m, q1):
+        xi, yi, zi = p[i, 0], p[i, 1], p[i, 2]
+        for e in range(first[i], first[i + 1]):
+            a, c = J[e], code[e]
+            dx = p[a, 0] - xi + shifts[c, 0]
+            dy = p[a, 1] - yi + shifts[c, 1]
+            dz = p[a, 2] - zi + shifts[c, 2]
+            if dx * dx + dy * dy + dz * dz < cutsq and q < q1:
+                R[q, 0], R[q, 1], R[q, 2] = dx, dy, dz
+                valid[q], index[q], sn[q] = 1.0, a, species[a]
+                q += 1
+        for q in range(q, q1):
             R[q, 0], R[q, 1], R[q, 2] = 0.0, 0.0, 0.0
             valid[q], index[q], sn[q] = 0.0, -1, 0.0
 

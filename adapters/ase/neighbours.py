@@ -1,12 +1,17 @@
 """The calculator's neighbour list: engine/tools/cell_list.py's compiled, threaded cell list (memory in
 proportion to the atoms and their neighbours, not to the cell's volume), in the form the calculator
-keeps between steps: each pair as (i, j, S), S the cell vectors crossed, so that its vector can be made
-again from new positions, x_j - x_i + S cell, while the list lasts.
+keeps between steps (image_list): each pair as (j, code), 8 bytes, code naming the periodic image's
+shift, so that its vector can be made again from new positions while the list lasts:
+p_j - p_i + shifts[code], p = x - moved cell the positions wrapped by the cells each atom was moved by
+into the cell when the list was built. A step reads 8 bytes a pair of the list, where (j, S) in 64-bit
+integers took 32: on a 2-core machine a step's passes over the pairs are bound by memory bandwidth.
 
 Directions that are not periodic are taken as they are (no wrapping, no images), whatever the cell
 says there: a free cluster needs no cell, and a slab's zero third vector is no error.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -17,14 +22,25 @@ from adgrad.engine.kernel import run_threads
 from adgrad.engine.tools import cell_list
 from adgrad.engine.tools.cell_list import face_distances, lattice  # noqa: F401  (lattice: the calculator's)
 
-SLACK = 1e-9        # relative room in the cell list's reach: its vectors round otherwise than x_j - x_i + S cell
+SLACK = 1e-9        # relative room in the cell list's reach: a pair at the reach is never missed
 
 
-def neighbour_list(positions, basis, inverse, pbc, reach):
-    """Every pair (i, j, S) with |x_j - x_i + S @ basis| < reach, j != i or S != 0, sorted by i: the pairs
-    of atom i are first[i] <= p < first[i + 1], nearest first. Returns (first, j, S); S counts the cell
-    vectors crossed. The vector is computed as the calculator's pack computes it, so the test is the same
-    to the bit (the cell list searches a little further, SLACK, and its pairs are tested again here)."""
+class Images(NamedTuple):
+    """Each atom's pairs within reach (and a few within reach (1 + SLACK)), sorted by atom: the pairs of
+    atom i are first[i] <= p < first[i + 1], nearest first; pair p joins atom j[p] (int32) through the
+    periodic image code[p] (int32): its vector is p_j - p_i + shifts[code[p]] with p = x - moved @ basis
+    (wrap). cells[code] is the image's shift in cell vectors (integers), so that the cell vectors the pair
+    crosses, as x_j - x_i + S @ basis, are S = cells[code] - moved[j] + moved[i]."""
+    first: np.ndarray
+    j: np.ndarray
+    code: np.ndarray
+    shifts: np.ndarray
+    cells: np.ndarray
+    moved: np.ndarray
+
+
+def image_list(positions, basis, inverse, pbc, reach) -> Images:
+    """The pairs within `reach` of atoms at `positions` (Images)."""
     x = np.ascontiguousarray(positions, dtype=np.float64)
     n = len(x)
     periodic = np.asarray(pbc, dtype=bool)
@@ -44,36 +60,65 @@ def neighbour_list(positions, basis, inverse, pbc, reach):
     # the cells each atom was moved by into the cell, and each shift code's cells (whole numbers, rounded)
     moved = np.rint((x - found.p) @ inverse).astype(np.int64)
     cells = np.rint(found.shifts @ inverse).astype(np.int64)
-    total = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(found.count, out=total[1:])
-    j = np.empty(total[-1], dtype=np.int64)
-    S = np.empty((total[-1], 3), dtype=np.int64)
-    keep = np.empty(total[-1], dtype=np.bool_)
-    f, reachsq = found, reach * reach
-    run_threads(lambda w: _convert(f.parts[w], f.parts[w + 1], f.start, f.count, f.u[w], f.code[w], f.order, x,
-                                   basis, moved, cells, total, reachsq, j, S, keep), len(f.parts) - 1)
+    first = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(found.count, out=first[1:])
+    j = np.empty(first[-1], dtype=np.int32)
+    code = np.empty(first[-1], dtype=np.int32)
+    f = found
+    run_threads(lambda w: _flatten(f.parts[w], f.parts[w + 1], f.start, f.count, f.u[w], f.code[w], f.order, first,
+                                   j, code), len(f.parts) - 1)
+    return Images(first, j, code, found.shifts, cells, moved)
+
+
+def neighbour_list(positions, basis, inverse, pbc, reach):
+    """Every pair (i, j, S) with |x_j - x_i + S @ basis| < reach, j != i or S != 0, sorted by i: the pairs
+    of atom i are first[i] <= p < first[i + 1], nearest first. Returns (first, j, S); S counts the cell
+    vectors crossed (image_list's pairs, those beyond the reach by its SLACK left out)."""
+    x = np.ascontiguousarray(positions, dtype=np.float64)
+    im = image_list(x, basis, inverse, pbc, reach)
+    i = np.repeat(np.arange(len(x)), np.diff(im.first))
+    S = im.cells[im.code] - im.moved[im.j] + im.moved[i]
+    keep = np.empty(len(i), dtype=np.bool_)
+    _within(x, i, im.j, S, basis, reach * reach, keep)
+    j = im.j.astype(np.int64)
     if keep.all():
-        return total, j, S
+        return im.first, j, S
     kept = np.zeros(len(keep) + 1, dtype=np.int64)
     np.cumsum(keep, out=kept[1:])
-    return kept[total], j[keep], S[keep]
+    return kept[im.first], j[keep], S[keep]
+
+
+def wrap(x, moved, basis, p):
+    """p = x - moved @ basis: the positions wrapped as when the list was built (Images)."""
+    _wrap(np.ascontiguousarray(x, dtype=np.float64), moved, basis, p)
+    return p
 
 
 @njit(cache=True, nogil=True)
-def _convert(t0, t1, start, count, U, C, order, x, cell, moved, cells, total, reachsq, J, S, keep):
-    """The atoms of one part of the cell list: atom i's pairs into J and S at total[i]..., each kept where
-    its vector made as the calculator's pack makes it is within reach."""
+def _wrap(x, moved, basis, p):
+    for i in range(x.shape[0]):
+        m0, m1, m2 = moved[i, 0], moved[i, 1], moved[i, 2]
+        for c in range(3):
+            p[i, c] = x[i, c] - (m0 * basis[0, c] + m1 * basis[1, c] + m2 * basis[2, c])
+
+
+@njit(cache=True, nogil=True)
+def _flatten(t0, t1, start, count, U, C, order, first, J, code):
+    """The atoms of one part of the cell list: atom i's neighbours and image codes at first[i]..."""
     for t in range(t0, t1):
         i = order[t]
-        s, m, o = start[i], count[i], total[i]
-        for q in range(m):
-            u, code = U[s + q], C[s + q]
-            a = order[u]
-            s0 = cells[code, 0] - moved[a, 0] + moved[i, 0]
-            s1 = cells[code, 1] - moved[a, 1] + moved[i, 1]
-            s2 = cells[code, 2] - moved[a, 2] + moved[i, 2]
-            dx = x[a, 0] - x[i, 0] + (s0 * cell[0, 0] + s1 * cell[1, 0] + s2 * cell[2, 0])
-            dy = x[a, 1] - x[i, 1] + (s0 * cell[0, 1] + s1 * cell[1, 1] + s2 * cell[2, 1])
-            dz = x[a, 2] - x[i, 2] + (s0 * cell[0, 2] + s1 * cell[1, 2] + s2 * cell[2, 2])
-            J[o + q], S[o + q, 0], S[o + q, 1], S[o + q, 2] = a, s0, s1, s2
-            keep[o + q] = dx * dx + dy * dy + dz * dz < reachsq
+        s, o = start[i], first[i]
+        for q in range(count[i]):
+            J[o + q], code[o + q] = order[U[s + q]], C[s + q]
+
+
+@njit(cache=True, nogil=True)
+def _within(x, I, J, S, cell, reachsq, keep):
+    """keep[p]: whether x_j - x_i + S_p cell is shorter than the reach."""
+    for p in range(len(I)):
+        i, a = I[p], J[p]
+        s0, s1, s2 = S[p, 0], S[p, 1], S[p, 2]
+        dx = x[a, 0] - x[i, 0] + (s0 * cell[0, 0] + s1 * cell[1, 0] + s2 * cell[2, 0])
+        dy = x[a, 1] - x[i, 1] + (s0 * cell[0, 1] + s1 * cell[1, 1] + s2 * cell[2, 1])
+        dz = x[a, 2] - x[i, 2] + (s0 * cell[0, 2] + s1 * cell[1, 2] + s2 * cell[2, 2])
+        keep[p] = dx * dx + dy * dy + dz * dz < reachsq
