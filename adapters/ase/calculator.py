@@ -385,7 +385,8 @@ class AdgradCalculator(Calculator):
         if b is None or len(b["s"]) != n or len(b["valid"]) < slots:
             room = slots if b is None or len(b["s"]) != n else slots + slots // 4
             b = self._flat = {"R": np.zeros((room, 3)), "valid": np.zeros(room),
-                              "index": np.full(room, -1, dtype=np.int32), "sn": np.zeros(room), "G": np.zeros((room, 3)), "s": np.zeros(n), "E": np.zeros(n),
+                              "index": np.full(room, -1, dtype=np.int32), "sn": np.zeros(room),
+                              "G": np.zeros((room, 3)), "s": np.zeros(n), "E": np.zeros(n),
                               "forces": np.zeros((len(_parts(n)) - 1, n, 3))}
         return b
 
