@@ -28,7 +28,7 @@ no integration):
                        replay jumps from the last frame back to the first
   matscipy EAM, ASE EMT (a different potential, for scale)
   matscipy neighbour_list alone   neighbour_list("ijS") within 4.95 A: the floor of a rebuilt list
-  adgrad neighbour list alone     adgrad.ase's list within 5.45 A (what the calculator builds), for scale
+  adgrad neighbour list alone     adgrad.ase's list within 5.45 A (image_list: what the calculator builds)
   adgrad @REV, skin 0 / 0.5 A     --baseline REV: adapters/ase as committed at REV (git archive), the same
                                   engine and kernels
 adgrad runs on --threads numba threads; matscipy, EMT and the neighbour lists are single-threaded. The
@@ -79,7 +79,7 @@ finally:
     sys.path[:] = _saved
 
 from adgrad.ase import AdgradCalculator, calculator as adgrad_calculator  # noqa: E402
-from adgrad.ase.neighbours import lattice, neighbour_list as adgrad_neighbour_list  # noqa: E402
+from adgrad.ase.neighbours import image_list, lattice  # noqa: E402
 
 CUTOFF = 4.95       # Cu_u3.eam's
 SKIN = 0.5
@@ -215,7 +215,7 @@ def bench_copper_replay(model, reps, args, before):
         lambda: [neighbour_list("ijS", copies["ASE EMT"], CUTOFF) for _ in frames], None)
     basis, inverse = lattice(atoms.cell.array, atoms.pbc)
     runners["adgrad neighbour list alone"] = (
-        lambda: [adgrad_neighbour_list(x, basis, inverse, atoms.pbc, CUTOFF + SKIN) for x in frames], None)
+        lambda: [image_list(x, basis, inverse, atoms.pbc, CUTOFF + SKIN) for x in frames], None)
     timed = time_calls(runners, (), args.repeats)
     ours, theirs = copies["adgrad, skin 0"], copies["matscipy EAM"]
     energy = relative(ours.get_potential_energy(), theirs.get_potential_energy())

@@ -239,12 +239,14 @@ class AdgradCalculator(Calculator):
         p = wrap(atoms.positions, im.moved, basis, self._wrapped)
         parts = _parts(n)
         P = len(parts) - 1
-        _run(lambda w: _count(parts[w], parts[w + 1], p, im.first, im.j, im.code, im.shifts, cutsq, count), P)
+        inside = self._inside
+        _run(lambda w: _count(im.first[parts[w]], im.first[parts[w + 1]], parts[w], parts[w + 1], p, im.i, im.j,
+                              im.code, im.shifts, cutsq, inside, count), P)
         fixed = self._fixed_width(count) if self.N is not None else 0
         order, base, width, groups = self._rows
         G = _layout(count, fixed, order, base, width, groups)      # by width, then atom: from the positions alone
         b = self._buffers(n, int(base[-1]))
-        _run(lambda w: _pack(parts[w], parts[w + 1], order, base, p, im.first, im.j, im.code, im.shifts, cutsq,
+        _run(lambda w: _pack(parts[w], parts[w + 1], order, base, p, im.first, im.j, im.code, im.shifts, inside,
                              self._species, b["R"], b["valid"], b["index"], b["sn"], b["s"]), P)
         for g in range(G):
             t0, t1 = int(groups[g]), int(groups[g + 1])
@@ -320,6 +322,7 @@ class AdgradCalculator(Calculator):
                       atoms.numbers.copy(), basis)
         n = len(atoms)      # each step's wrapped positions and counts of neighbours within the cutoff
         self._wrapped, self._count = np.empty((n, 3)), np.empty(n, dtype=np.int64)
+        self._inside = np.empty(len(images.j), dtype=np.uint8)     # each step: whether a pair is within the cutoff
         # each step's rows (_layout): order, base, width, the groups' first rows
         self._rows = (np.empty(n, dtype=np.int64), np.empty(n + 1, dtype=np.int64), np.empty(n, dtype=np.int64),
                       np.empty(n + 1, dtype=np.int64))
@@ -511,20 +514,20 @@ def _run(call, parts):
 
 
 @njit(cache=True, nogil=True)
-def _count(t0, t1, p, first, J, code, shifts, cutsq, count):
-    """Atoms t0 <= i < t1: count[i], its pairs of the list within the cutoff, their vectors made as _pack
-    makes them (the same bits, the same decisions)."""
+def _count(e0, e1, t0, t1, p, I, J, code, shifts, cutsq, inside, count):
+    """Pairs e0 <= e < e1 of the list (those of atoms t0 <= i < t1): inside[e], whether the vector p_j - p_i +
+    shifts[code] is within the cutoff, and count[i], how many of atom i's are. One loop over the pairs (a
+    loop over atoms and then their pairs took 2-3x as long)."""
     for i in range(t0, t1):
-        k = 0
-        xi, yi, zi = p[i, 0], p[i, 1], p[i, 2]
-        for e in range(first[i], first[i + 1]):
-            a, c = J[e], code[e]
-            dx = p[a, 0] - xi + shifts[c, 0]
-            dy = p[a, 1] - yi + shifts[c, 1]
-            dz = p[a, 2] - zi + shifts[c, 2]
-            if dx * dx + dy * dy + dz * dz < cutsq:
-                k += 1
-        count[i] = k
+        count[i] = 0
+    for e in range(e0, e1):
+        i, a, c = I[e], J[e], code[e]
+        dx = p[a, 0] - p[i, 0] + shifts[c, 0]
+        dy = p[a, 1] - p[i, 1] + shifts[c, 1]
+        dz = p[a, 2] - p[i, 2] + shifts[c, 2]
+        ok = dx * dx + dy * dy + dz * dz < cutsq
+        inside[e] = ok
+        count[i] += ok
 
 
 @njit(cache=True, nogil=True)
@@ -570,21 +573,19 @@ def _layout(count, fixed, order, base, width, groups):
 
 
 @njit(cache=True, nogil=True)
-def _pack(t0, t1, order, base, p, first, J, code, shifts, cutsq, species, R, valid, index, sn, s):
-    """Rows t0 <= t < t1 (atom i = order[t]): its pairs of the list within the cutoff, vectors p_j - p_i +
-    shifts[code] (as _count made them), into slots base[t], base[t] + 1, ..., padding after them up to
-    base[t + 1] (R 0, valid 0, index -1, sn 0)."""
+def _pack(t0, t1, order, base, p, first, J, code, shifts, inside, species, R, valid, index, sn, s):
+    """Rows t0 <= t < t1 (atom i = order[t]): its pairs within the cutoff (inside, from _count), vectors p_j -
+    p_i + shifts[code] made again, into slots base[t], base[t] + 1, ..., padding after them up to base[t + 1]
+    (R 0, valid 0, index -1, sn 0)."""
     for t in range(t0, t1):
         i, q, q1 = order[t], base[t], base[t + 1]
         s[t] = species[i]
         xi, yi, zi = p[i, 0], p[i, 1], p[i, 2]
         for e in range(first[i], first[i + 1]):
-            a, c = J[e], code[e]
-            dx = p[a, 0] - xi + shifts[c, 0]
-            dy = p[a, 1] - yi + shifts[c, 1]
-            dz = p[a, 2] - zi + shifts[c, 2]
-            if dx * dx + dy * dy + dz * dz < cutsq and q < q1:
-                R[q, 0], R[q, 1], R[q, 2] = dx, dy, dz
+            if inside[e]:
+                a, c = J[e], code[e]
+                R[q, 0], R[q, 1], R[q, 2] = p[a, 0] - xi + shifts[c, 0], p[a, 1] - yi + shifts[c, 1], \
+                    p[a, 2] - zi + shifts[c, 2]
                 valid[q], index[q], sn[q] = 1.0, a, species[a]
                 q += 1
         for q in range(q, q1):

@@ -27,11 +27,12 @@ SLACK = 1e-9        # relative room in the cell list's reach: a pair at the reac
 
 class Images(NamedTuple):
     """Each atom's pairs within reach (and a few within reach (1 + SLACK)), sorted by atom: the pairs of
-    atom i are first[i] <= p < first[i + 1], nearest first; pair p joins atom j[p] (int32) through the
+    atom i (i[p], int32) are first[i] <= p < first[i + 1], nearest first; pair p joins atom j[p] (int32) through the
     periodic image code[p] (int32): its vector is p_j - p_i + shifts[code[p]] with p = x - moved @ basis
     (wrap). cells[code] is the image's shift in cell vectors (integers), so that the cell vectors the pair
     crosses, as x_j - x_i + S @ basis, are S = cells[code] - moved[j] + moved[i]."""
     first: np.ndarray
+    i: np.ndarray
     j: np.ndarray
     code: np.ndarray
     shifts: np.ndarray
@@ -67,7 +68,8 @@ def image_list(positions, basis, inverse, pbc, reach) -> Images:
     f = found
     run_threads(lambda w: _flatten(f.parts[w], f.parts[w + 1], f.start, f.count, f.u[w], f.code[w], f.order, first,
                                    j, code), len(f.parts) - 1)
-    return Images(first, j, code, found.shifts, cells, moved)
+    i = np.repeat(np.arange(n, dtype=np.int32), found.count)     # for loops over the pairs (flat: 2-3x faster)
+    return Images(first, i, j, code, found.shifts, cells, moved)
 
 
 def neighbour_list(positions, basis, inverse, pbc, reach):
@@ -76,7 +78,7 @@ def neighbour_list(positions, basis, inverse, pbc, reach):
     vectors crossed (image_list's pairs, those beyond the reach by its SLACK left out)."""
     x = np.ascontiguousarray(positions, dtype=np.float64)
     im = image_list(x, basis, inverse, pbc, reach)
-    i = np.repeat(np.arange(len(x)), np.diff(im.first))
+    i = im.i
     S = im.cells[im.code] - im.moved[im.j] + im.moved[i]
     keep = np.empty(len(i), dtype=np.bool_)
     _within(x, i, im.j, S, basis, reach * reach, keep)
