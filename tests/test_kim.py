@@ -319,8 +319,9 @@ def test_export_refuses_a_model_whose_cutoff_is_not_a_positive_distance(tmp_path
     assert not (tmp_path / "out").exists()
 
 
-# A minimal KIM simulator: four atoms of a tetrahedron, all neighbours of each other, the first with the position
-# and every atom with the species code given on the command line; prints the compute's status and the energy.
+# A minimal KIM simulator: four atoms of a tetrahedron, all neighbours of each other, every atom with the species
+# code given on the command line; for each x position of the first atom given after it, one compute with the same
+# model and arguments, printing its status and the energy.
 SIMULATOR = r"""
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,18 +335,18 @@ static int neighbours(void *data, int lists, const double *cutoffs, int list, in
     return 0;
 }
 int main(int argc, char **argv) {
-    double x[3 * N] = {atof(argv[2]), 0, 0, 2.5, 0, 0, 1.25, 2.2, 0, 1.25, 0.7, 2.0}, energy = 0, forces[3 * N];
+    double x[3 * N] = {0, 0, 0, 2.5, 0, 0, 1.25, 2.2, 0, 1.25, 0.7, 2.0}, energy = 0, forces[3 * N];
     int n = N, codes[N], contributing[N], accepted, status;
     KIM_Model *model;
     KIM_ComputeArguments *args;
     for (int i = 0; i < N; i++) {
-        codes[i] = atoi(argv[3]);
+        codes[i] = argc > 2 ? atoi(argv[2]) : 0;
         contributing[i] = 1;
         for (int k = 0, j = 0; j < N; j++)
             if (j != i)
                 nb[i][k++] = j;
     }
-    if (argc != 4 || KIM_Model_Create(KIM_NUMBERING_zeroBased, KIM_LENGTH_UNIT_A, KIM_ENERGY_UNIT_eV,
+    if (argc < 4 || KIM_Model_Create(KIM_NUMBERING_zeroBased, KIM_LENGTH_UNIT_A, KIM_ENERGY_UNIT_eV,
             KIM_CHARGE_UNIT_e, KIM_TEMPERATURE_UNIT_K, KIM_TIME_UNIT_ps, argv[1], &accepted, &model)
         || !accepted || KIM_Model_ComputeArgumentsCreate(model, &args))
         return 2;
@@ -359,8 +360,12 @@ int main(int argc, char **argv) {
         || KIM_ComputeArguments_SetCallbackPointer(args, KIM_COMPUTE_CALLBACK_NAME_GetNeighborList, KIM_LANGUAGE_NAME_c,
                                                    (KIM_Function *)neighbours, NULL))
         return 2;
-    status = KIM_Model_Compute(model, args);
-    printf("%d %.17g\n", status, energy);
+    for (int k = 3; k < argc; k++) {
+        x[0] = atof(argv[k]);
+        energy = 0;
+        status = KIM_Model_Compute(model, args);
+        printf("%d %.17g\n", status, energy);
+    }
     KIM_Model_ComputeArgumentsDestroy(model, &args);
     KIM_Model_Destroy(&model);
     return 0;
@@ -376,7 +381,7 @@ def test_a_nan_position_or_a_species_code_out_of_range_is_a_kim_error(tmp_path, 
     env = {**os.environ, "KIM_API_PORTABLE_MODELS_DIR": str(exported["eam"])}
 
     def sim(x0, code):
-        done = subprocess.run(["./sim", "adgrad_eam", x0, code], cwd=tmp_path, env=env, capture_output=True,
+        done = subprocess.run(["./sim", "adgrad_eam", code, x0], cwd=tmp_path, env=env, capture_output=True,
                               text=True, check=True)
         status, energy = done.stdout.split()
         return int(status), float(energy), (tmp_path / "kim.log").read_text()
@@ -386,6 +391,25 @@ def test_a_nan_position_or_a_species_code_out_of_range_is_a_kim_error(tmp_path, 
     assert status != 0 and "adgrad: particle 0 has a non-finite position (nan 0 0)" in log
     status, _, log = sim("0.0", "3")
     assert status != 0 and "adgrad: particle 0 has species code 3; this model knows 1 species (Cu: codes 0 to 0)" in log
+
+
+def test_a_compute_after_one_that_failed_starts_afresh(tmp_path, exported):
+    """Atom 0 on atom 1 (r = 0: a non-finite site energy) stops a compute after its atoms are in the driver's
+    blocks; the next compute of the same model, atom 0 back at 0, gives the energy of a fresh model, not one
+    with the failed call's atoms in it."""
+    (tmp_path / "sim.c").write_text(SIMULATOR)
+    subprocess.run(["cc", "-o", "sim", "sim.c", "-I/usr/include/kim-api", "-lkim-api"], cwd=tmp_path, check=True)
+    env = {**os.environ, "KIM_API_PORTABLE_MODELS_DIR": str(exported["eam"])}
+
+    def sim(*x0):
+        done = subprocess.run(["./sim", "adgrad_eam", "0", *x0], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, check=True)
+        return [(int(line.split()[0]), float(line.split()[1])) for line in done.stdout.splitlines()]
+    (fresh, energy), = sim("0.0")
+    assert fresh == 0 and np.isfinite(energy)
+    (failed, _), again = sim("2.5", "0.0")
+    assert failed != 0 and "non-finite site energy or gradient" in (tmp_path / "kim.log").read_text()
+    assert again == (0, energy)
 
 
 def test_a_model_with_a_literal_neighbour_count_has_one_kernel(tmp_path):

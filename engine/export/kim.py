@@ -395,6 +395,8 @@ static int compute(const KIM_ModelCompute *mc, const KIM_ModelComputeArguments *
         return 1;
     }
     int n = *np;
+    for (int w = 0; w < NK; w++)
+        ab->k[w].m = 0;             /* a compute that stopped with an error may have left atoms in a block */
     st.args = args;
     st.x = x;
     st.codes = codes;
