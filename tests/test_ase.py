@@ -378,6 +378,27 @@ def test_multi_element_stillinger_weber_by_name_equals_lammps():
     assert np.abs(atoms.get_forces() - f_ref).max() <= 1e-10 * np.abs(f_ref).max()
 
 
+def test_a_width_of_few_atoms_runs_in_the_next_wider_kernel(monkeypatch):
+    """Hot silicon (Stillinger-Weber, 216 atoms: 104 of width 8, 111 of 12, one of 16): the atoms of a width
+    held by fewer than calculator.FEW atoms (110 here) join the next wider width present, so a step makes
+    fewer kernel calls (each costs tens of us); the widest stays, however few. The results equal one call
+    per width to round-off."""
+    from adgrad.ase import calculator
+    x, cell = lo.diamond(5.431, 3, 0.35, seed=3)
+    atoms = Atoms(f"Si{len(x)}", positions=x, cell=cell, pbc=True)
+    runs = {}
+    for few in (0, 110):
+        monkeypatch.setattr(calculator, "FEW", few)
+        calc, calls = AdgradCalculator(ROOT / "configs" / "si_sw_model.yaml", log=None), []
+        inner = calc._run_kernel
+        calc._run_kernel = lambda width, t0, t1, *a: (calls.append((width, t1 - t0)), inner(width, t0, t1, *a))[1]
+        runs[few] = calls, calc.get_forces(atoms), calc.get_potential_energies(atoms)
+    (alone, f0, e0), (merged, f1, e1) = runs[0], runs[110]
+    assert alone == [(8, 104), (12, 111), (16, 1)] and merged == [(12, 215), (16, 1)]
+    np.testing.assert_allclose(f1, f0, rtol=0, atol=1e-13 * np.abs(f0).max())
+    np.testing.assert_allclose(e1, e0, rtol=1e-13)
+
+
 def test_parts_give_the_same_bits_on_any_thread_count_and_the_serial_sums_within_round_off(cu_model, monkeypatch):
     """Packing and assembly run in parts of the atoms (calculator.PART at least, MAX_PARTS at most), one
     thread each, and a kernel's rows on a thread per calculator.ROWS (8 here: two threads): the parts
@@ -424,8 +445,7 @@ def test_parts_give_the_same_bits_on_any_thread_count_and_the_serial_sums_within
 def test_a_row_that_loses_neighbours_is_padded_again(cu):
     """A free cluster expanded by 12% within the skin (the list kept), its third shell leaving the cutoff:
     each atom's row holds its neighbours within the cutoff, then padding only (no stale neighbour of the
-    step before), its width the count rounded up to a multiple of 4, and the results equal a fresh
-    calculator's."""
+    step before), its width a multiple of 4 that holds them, and the results equal a fresh calculator's."""
     atoms = copper(reps=2, rattle=0.0)
     atoms.pbc = False
     calc = AdgradCalculator(cu.path, cu.cutoff, {"Cu": 0}, skin=3.0, log=None)
@@ -443,7 +463,7 @@ def test_a_row_that_loses_neighbours_is_padded_again(cu):
     assert calc._list[0] is kept
     for i, (R, valid, index, sn) in rows().items():
         m = (index >= 0).sum()
-        assert m < before[i] and len(index) == max(4, -(-m // 4) * 4)
+        assert m < before[i] and len(index) % 4 == 0 and len(index) >= max(4, m)
         assert (index[m:] == -1).all() and (valid[m:] == 0).all() and (R[m:] == 0).all() and (sn[m:] == 0).all()
         assert (valid[:m] == 1).all() and (index[:m] >= 0).all()
         d = atoms.positions[index[:m]] - atoms.positions[i]

@@ -1,6 +1,6 @@
 """AdgradCalculator: an adgrad site-energy model as an ASE calculator (docs/ase.md).
 
-A step: a neighbour list (neighbours.py: 8 bytes a pair, kept between steps while no atom has moved
+A step: a neighbour list (neighbours.py: 12 bytes a pair, kept between steps while no atom has moved
 more than half the skin); each atom's pairs within the cutoff counted from it; the atoms ordered by their
 width (their count rounded up to a multiple of SLOTS) and packed into the model's padded inputs R / valid
 / s / sn, one flat buffer holding every width's rows; one kernel call per width (a kernel compiled for
@@ -47,6 +47,7 @@ SLOTS = 4       # neighbour slots come in multiples of this: runs whose counts d
 # a potential format -> its constant that is the cutoff
 CUTOFFS = {"eam": "cutoff", "eam/alloy": "cutoff", "eam/fs": "cutoff", "sw": "cut", "tersoff": "cut"}
 ROWS = 64       # rows of a kernel call per thread at least (a wake-up of the pool: ~0.05-0.1 ms)
+FEW = 32        # atoms of a width fewer than this run in the next wider width's call (one call: 15-40 us)
 PART = 512      # atoms at least in a part of packing and assembly (a thread's hand-off: 0.04-0.1 ms)
 MAX_PARTS = 8   # parts at most: each holds forces for every atom (24 bytes an atom)
 
@@ -236,7 +237,7 @@ class AdgradCalculator(Calculator):
         """One step: each atom's neighbours within the cutoff counted from the list; the atoms ordered by
         their width (slots: the count rounded up to a multiple of SLOTS, or N=), each width's rows packed
         from the list (the vectors made again, as counted) into one flat buffer, one kernel call per width,
-        then forces, virial and energies assembled. Two passes over the list's 8 bytes a pair, where a
+        then forces, virial and energies assembled. Two passes over the list's 12 bytes a pair, where a
         pass writing each pair's vector for the pack to copy moved 64 bytes a pair more (a 4000-atom step
         is bound by memory bandwidth)."""
         im, *_, basis = self._list
@@ -249,7 +250,7 @@ class AdgradCalculator(Calculator):
                               im.code, im.shifts, cutsq, inside, count), P)
         fixed = self._fixed_width(count) if self.N is not None else 0
         order, base, width, groups = self._rows
-        G = _layout(count, fixed, order, base, width, groups)      # by width, then atom: from the positions alone
+        G = _layout(count, fixed, FEW, order, base, width, groups)      # by width, then atom: from the positions alone
         b = self._buffers(n, int(base[-1]))
         _run(lambda w: _pack(parts[w], parts[w + 1], order, base, p, im.first, im.j, im.code, im.shifts, inside,
                              self._species, b["R"], b["valid"], b["index"], b["sn"], b["s"]), P)
@@ -549,17 +550,29 @@ def _moved(x, x0):
 
 
 @njit(cache=True, nogil=True)
-def _layout(count, fixed, order, base, width, groups):
+def _layout(count, fixed, few, order, base, width, groups):
     """The rows of a step: each atom's width (its count rounded up to a multiple of SLOTS, at least SLOTS;
-    or `fixed` > 0), the atoms ordered by width then index (order: a counting sort), row t's slots base[t]
-    <= q < base[t + 1], and the first rows of the widths present, groups[0] = 0 < ... < groups[G] = n.
-    Returns G, the number of widths."""
+    or `fixed` > 0), the atoms of a width held by fewer than `few` atoms moved up to the next wider width
+    present (a kernel call costs tens of us; padded slots cost less), the atoms ordered by width then index
+    (order: a counting sort), row t's slots base[t] <= q < base[t + 1], and the first rows of the widths
+    present, groups[0] = 0 < ... < groups[G] = n. All from the counts alone. Returns G, the number of widths."""
     n, most = len(count), SLOTS
     for i in range(n):
         width[i] = fixed if fixed > 0 else max(SLOTS, (count[i] + SLOTS - 1) // SLOTS * SLOTS)
         most = max(most, width[i])
+    size = np.zeros(most // SLOTS + 1, dtype=np.int64)
+    for i in range(n):
+        size[width[i] // SLOTS] += 1
+    target, wider = np.arange(len(size)), -1      # the width class each class's atoms take
+    for k in range(len(size) - 1, -1, -1):
+        if size[k] > 0:
+            if size[k] < few and wider >= 0:
+                target[k] = wider
+            else:
+                wider = k
     start = np.zeros(most // SLOTS + 2, dtype=np.int64)
     for i in range(n):
+        width[i] = target[width[i] // SLOTS] * SLOTS
         start[width[i] // SLOTS + 1] += 1
     for k in range(len(start) - 1):
         start[k + 1] += start[k]
