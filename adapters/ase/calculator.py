@@ -372,7 +372,7 @@ class AdgradCalculator(Calculator):
         else:
             shapes = {"R": [width, 3], "valid": [width], "sn": [width]}
             model = load_model(self.path, input_shapes={n: shapes[n] for n in self.inputs if n in shapes})
-        which = (f"{rows} atom(s) with {max(0, width - SLOTS + 1)} to {width} neighbours: one kernel per width of "
+        which = (f"{rows} atom(s) with up to {width} neighbours: one kernel per width of "
                  f"neighbour counts, in steps of {SLOTS}, each compiled once (~1-2 CPU s) and then loaded from the "
                  f"cache" if self.N is None else "every atom (N=)")
         log = None if self.log is None else (
