@@ -1,9 +1,9 @@
 """The calculator's neighbour list: engine/tools/cell_list.py's compiled, threaded cell list (memory in
 proportion to the atoms and their neighbours, not to the cell's volume), in the form the calculator
-keeps between steps (image_list): each pair as (j, code), 8 bytes, code naming the periodic image's
+keeps between steps (image_list): each pair as (i, j, code), 12 bytes, code naming the periodic image's
 shift, so that its vector can be made again from new positions while the list lasts:
 p_j - p_i + shifts[code], p = x - moved cell the positions wrapped by the cells each atom was moved by
-into the cell when the list was built. A step reads 8 bytes a pair of the list, where (j, S) in 64-bit
+into the cell when the list was built. A step reads 12 bytes a pair of the list, where (j, S) in 64-bit
 integers took 32: on a 2-core machine a step's passes over the pairs are bound by memory bandwidth.
 
 Directions that are not periodic are taken as they are (no wrapping, no images), whatever the cell
