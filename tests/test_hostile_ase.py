@@ -54,7 +54,8 @@ def cu():
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """Model files made for these tests: lj (no potential: no cutoff of its own), flat (lj on R [N, 2]),
-    cuni (LAMMPS's CuNi alloy), funcfl (its Cu_u3.eam: species named by the file, not an element), vector (the copper model with a second output of shape (3,))."""
+    cuni (LAMMPS's CuNi alloy), funcfl (its Cu_u3.eam: species named by the file, not an element), vector (the copper
+    model with a second output of shape (3,)), sw_a0 (Stillinger-Weber silicon with a = 0: a cutoff of 0)."""
     root = tmp_path_factory.mktemp("ase_models")
     (root / "lj.yaml").write_text(LJ)
     (root / "flat.yaml").write_text(LJ.replace("R: [N, 3]", "R: [N, 2]"))
@@ -64,7 +65,10 @@ def models(tmp_path_factory):
     (root / "funcfl.yaml").write_text(re.sub(r"\{potential: [^}]*\}", f"{{potential: {lo.potential('Cu_u3.eam')}}}", text))
     text = text.replace("../data/", f"{ROOT / 'data'}/")
     (root / "vector.yaml").write_text(text.replace("outputs:\n", "outputs:\n  V: R[0]\n"))
-    return {name: root / f"{name}.yaml" for name in ("lj", "flat", "cuni", "funcfl", "vector")}
+    sw = (ROOT / "data" / "Si_sw85.sw").read_text().replace("2.1683 2.0951 1.8 ", "2.1683 2.0951 0.0 ")    # a = 0
+    (root / "a0.sw").write_text(sw)
+    (root / "sw_a0.yaml").write_text(SW.read_text().replace("../data/Si_sw85.sw", str(root / "a0.sw")))
+    return {name: root / f"{name}.yaml" for name in ("lj", "flat", "cuni", "funcfl", "vector", "sw_a0")}
 
 
 # ---- the constructor's arguments ---------------------------------------------------------------------------
@@ -85,6 +89,8 @@ ARGUMENTS = [  # (id, model, keyword arguments, phrases of the message)
     ("cutoff a bool", CU, dict(cutoff=True, species={"Cu": 0}), ["cutoff=True: give a number"]),
     ("cutoff a list", CU, dict(cutoff=[7.0], species={"Cu": 0}), ["cutoff=[7.0]: give a number"]),
     ("cutoff unknown to the model", "lj", dict(), ["lj.yaml: the model's cutoff is not known", "give cutoff="]),
+    ("the potential's cutoff zero", "sw_a0", dict(), ["sw_a0.yaml: params.sw: the potential's cut is 0, not a finite "
+                                                      "positive distance (A)"]),
     ("skin negative", CU, dict(skin=-0.1, species={"Cu": 0}), ["skin=-0.1: must be finite and >= 0"]),
     ("skin NaN", CU, dict(skin=float("nan"), species={"Cu": 0}), ["skin=nan: must be finite and >= 0"]),
     ("skin inf", CU, dict(skin=float("inf"), species={"Cu": 0}), ["skin=inf: must be finite and >= 0"]),

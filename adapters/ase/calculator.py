@@ -39,13 +39,12 @@ import adgrad.engine.numeric.cache  # noqa: F401  (first: numba caches the cache
 from adgrad.engine.api import compile_model, load_model
 from adgrad.engine.kernel import run_threads
 from adgrad.engine.potentials import Potential
+from adgrad.engine.potentials.cutoff import CUTOFFS, model_cutoff
 from adgrad.engine.tools.cell_list import independent
 
 from .neighbours import image_list, lattice, wrap
 
 SLOTS = 4       # neighbour slots come in multiples of this: runs whose counts differ by one share a kernel
-# a potential format -> its constant that is the cutoff
-CUTOFFS = {"eam": "cutoff", "eam/alloy": "cutoff", "eam/fs": "cutoff", "sw": "cut", "tersoff": "cut"}
 ROWS = 64       # rows of a kernel call per thread at least (a wake-up of the pool: ~0.05-0.1 ms)
 FEW = 32        # atoms of a width fewer than this run in the next wider width's call (one call: 15-40 us)
 PART = 512      # atoms at least in a part of packing and assembly (a thread's hand-off: 0.04-0.1 ms)
@@ -450,23 +449,6 @@ class FirstUse(numba_event.Listener):
 
 
 FIRST_USE = FirstUse()
-
-
-def model_cutoff(model):
-    """((the model's cutoff, where it comes from) or None, whether every table-like param has one): the
-    largest cutoff of the model's potential files (EAM's `cutoff`, the largest `cut` of SW and Tersoff). A
-    `table:` param has none (its grid's end is no cutoff), nor a potential format not in CUTOFFS."""
-    found, complete = [], True
-    for name, val in model.tables.items():
-        key = CUTOFFS.get(val.format) if isinstance(val, Potential) else None
-        if key is None or key not in val.constants:
-            complete = False
-            continue
-        value = float(np.max(val.constants[key]))
-        if not (np.isfinite(value) and value > 0):
-            raise ValueError(f"params.{name}: the potential's {key} is {value}, not a positive distance")
-        found.append((value, f"params.{name}: {key}"))
-    return (max(found) if found else None), complete
 
 
 def _slots_argument(n):
