@@ -157,12 +157,16 @@ def main(argv=None):
     for case in cases:
         print(f"{case:8} " + "  ".join(f"{r} rank{'s' if r > 1 else ' '}: KIM {cmed[case, 'kim', r]:7.1f} own "
                                        f"{cmed[case, 'own', r]:7.1f}" for r in (1, 2)))
-    print("strong scaling 1 -> 2 ranks (time on 1 / time on 2), from the wall time and from the CPU time")
+    print("strong scaling 1 -> 2 ranks (time on 1 / time on 2), from the wall time and from the CPU time; KIM/own "
+          "of the medians, and the lowest-highest of the repeats' own (their four runs made one after the other)")
     for case in cases:
-        for what, m in (("wall", med), ("CPU", cmed)):
+        for what, m, t in (("wall", med, times), ("CPU", cmed, cpus)):
             sk = m[case, "kim", 1] / m[case, "kim", 2]
             so = m[case, "own", 1] / m[case, "own", 2]
-            print(f"{case:8} {what:4} KIM {sk:5.2f}  own {so:5.2f}  KIM/own {sk / so:5.2f} (target >= 1)")
+            each = [k1 / k2 / (o1 / o2) for k1, k2, o1, o2 in zip(*(t[case, s, r] for s in ("kim", "own")
+                                                                     for r in (1, 2)))]
+            print(f"{case:8} {what:4} KIM {sk:5.2f}  own {so:5.2f}  KIM/own {sk / so:5.2f} "
+                  f"({min(each):.2f}-{max(each):.2f}; target >= 1)")
     if args.plot:
         import matplotlib
         matplotlib.use("Agg")
