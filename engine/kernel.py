@@ -173,7 +173,6 @@ class CompiledKernel:
         return results
 
 
-
 _pools = {}     # (pid, size) -> threads that run_threads adds to the calling one (a forked child has none)
 
 
@@ -200,4 +199,3 @@ def run_threads(call, workers):
     finally:
         for f in others:                # every thread is done before the arrays are handed back
             f.result()
-

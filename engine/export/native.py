@@ -221,7 +221,3 @@ class NativeKernel:
         for step in finish:
             step()
         return results
-
-
-
-
