@@ -9,8 +9,8 @@ gives the Pair time and its CPU share (averages over ranks); reported: ns of Pai
 <= 1.3, SW and Tersoff <= 1.5), and the strong scaling 1 -> 2 ranks of each (time on 1 / time on 2)
 with its ratio KIM / own (target >= 1), from the wall time and from the CPU time: on a machine busy
 with other jobs a 2-rank run's ranks wait for a core and its wall time says more about the load than
-about the code, while the CPU time counts the rank's own work only. Times are medians of the repeats; a ratio KIM / own is the median of each repeat's
-ratio of its two runs, made one after the other (in alternating order) so that they share the
+about the code, while the CPU time counts the rank's own work only. Times are medians of the repeats;
+a ratio KIM / own is the median of each repeat's ratio of its two runs, made one after the other (in alternating order) so that they share the
 machine's load, with the lowest and highest; the load average before and after. A PNG bar chart with
 --plot.
 
