@@ -91,7 +91,7 @@ def run(tmp, case, style, ranks, steps, models):
         units metal
         atom_style atomic
         boundary p p p
-        lattice {'fcc' if lattice == 'fcc' else 'diamond'} {a}
+        lattice {lattice} {a}
         region box block 0 {cells} 0 {cells} 0 {cells}
         create_box 1 box
         create_atoms 1 box
