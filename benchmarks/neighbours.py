@@ -30,8 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "data"))
 from make_crystal import crystal  # noqa: E402
 
-from adgrad.ase.neighbours import lattice, neighbour_list  # noqa: E402
+from adgrad.ase.neighbours import neighbour_list  # noqa: E402
 from adgrad.engine.tools import atoms, cell_list  # noqa: E402
+from adgrad.engine.tools.cell_list import lattice  # noqa: E402
 
 
 def timed(fn, repeats):

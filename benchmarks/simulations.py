@@ -79,7 +79,8 @@ finally:
     sys.path[:] = _saved
 
 from adgrad.ase import AdgradCalculator, calculator as adgrad_calculator  # noqa: E402
-from adgrad.ase.neighbours import image_list, lattice  # noqa: E402
+from adgrad.ase.neighbours import image_list  # noqa: E402
+from adgrad.engine.tools.cell_list import lattice  # noqa: E402
 
 CUTOFF = 4.95       # Cu_u3.eam's
 SKIN = 0.5

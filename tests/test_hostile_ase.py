@@ -24,8 +24,9 @@ from ase.calculators.calculator import PropertyNotImplementedError
 from ase.stress import full_3x3_to_voigt_6_stress
 
 from adgrad.ase import AdgradCalculator
-from adgrad.ase.neighbours import face_distances, lattice, neighbour_list
+from adgrad.ase.neighbours import neighbour_list
 from adgrad.engine.api import compile_model, load_model
+from adgrad.engine.tools.cell_list import face_distances, lattice
 
 ROOT = Path(__file__).resolve().parents[1]
 CU = ROOT / "configs" / "cu_eam_model.yaml"         # Zhou's copper, data/Cu_zhou04.eam.alloy, cutoff 6.0 A

@@ -40,9 +40,9 @@ from adgrad.engine.api import compile_model, load_model
 from adgrad.engine.kernel import run_threads
 from adgrad.engine.potentials import Potential
 from adgrad.engine.potentials.cutoff import CUTOFFS, model_cutoff
-from adgrad.engine.tools.cell_list import independent
+from adgrad.engine.tools.cell_list import independent, lattice
 
-from .neighbours import image_list, lattice, wrap
+from .neighbours import image_list, wrap
 
 SLOTS = 4       # neighbour slots come in multiples of this: runs whose counts differ by one share a kernel
 ROWS = 64       # rows of a kernel call per thread at least (a wake-up of the pool: ~0.05-0.1 ms)
@@ -334,7 +334,7 @@ class AdgradCalculator(Calculator):
 
     def _check(self, atoms):
         """The atoms' positions, cell, periodicity and elements, as the model needs them; returns the lattice
-        (neighbours.lattice) and sets the atoms' species."""
+        (cell_list.lattice) and sets the atoms' species."""
         x, cell, pbc, numbers = atoms.positions, atoms.cell.array, atoms.pbc, atoms.numbers
         bad = np.flatnonzero(~np.isfinite(x).all(axis=1))
         if len(bad):

@@ -20,7 +20,7 @@ import adgrad.engine.numeric.cache  # noqa: F401  (first: numba caches the cache
 
 from adgrad.engine.kernel import run_threads
 from adgrad.engine.tools import cell_list
-from adgrad.engine.tools.cell_list import face_distances, lattice  # noqa: F401  (lattice: the calculator's)
+from adgrad.engine.tools.cell_list import face_distances
 
 SLACK = 1e-9        # relative room in the cell list's reach: a pair at the reach is never missed
 
