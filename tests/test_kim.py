@@ -373,18 +373,27 @@ int main(int argc, char **argv) {
 """
 
 
-def test_a_nan_position_or_a_species_code_out_of_range_is_a_kim_error(tmp_path, exported):
-    """LAMMPS stops at a NaN position itself; another simulator gets a KIM error naming the particle, never
-    a finite energy."""
+def simulator(tmp_path, exported):
+    """SIMULATOR built in tmp_path on the EAM model: sim(code, *x0) -> [(status, energy)] of its computes."""
     (tmp_path / "sim.c").write_text(SIMULATOR)
     subprocess.run(["cc", "-o", "sim", "sim.c", "-I/usr/include/kim-api", "-lkim-api"], cwd=tmp_path, check=True)
     env = {**os.environ, "KIM_API_PORTABLE_MODELS_DIR": str(exported["eam"])}
 
-    def sim(x0, code):
-        done = subprocess.run(["./sim", "adgrad_eam", code, x0], cwd=tmp_path, env=env, capture_output=True,
+    def sim(code, *x0):
+        done = subprocess.run(["./sim", "adgrad_eam", code, *x0], cwd=tmp_path, env=env, capture_output=True,
                               text=True, check=True)
-        status, energy = done.stdout.split()
-        return int(status), float(energy), (tmp_path / "kim.log").read_text()
+        return [(int(line.split()[0]), float(line.split()[1])) for line in done.stdout.splitlines()]
+    return sim
+
+
+def test_a_nan_position_or_a_species_code_out_of_range_is_a_kim_error(tmp_path, exported):
+    """LAMMPS stops at a NaN position itself; another simulator gets a KIM error naming the particle, never
+    a finite energy."""
+    run = simulator(tmp_path, exported)
+
+    def sim(x0, code):
+        (status, energy), = run(code, x0)
+        return status, energy, (tmp_path / "kim.log").read_text()
     status, energy, _ = sim("0.0", "0")
     assert status == 0 and np.isfinite(energy) and energy < 0
     status, _, log = sim("nan", "0")
@@ -397,17 +406,10 @@ def test_a_compute_after_one_that_failed_starts_afresh(tmp_path, exported):
     """Atom 0 on atom 1 (r = 0: a non-finite site energy) stops a compute after its atoms are in the driver's
     blocks; the next compute of the same model, atom 0 back at 0, gives the energy of a fresh model, not one
     with the failed call's atoms in it."""
-    (tmp_path / "sim.c").write_text(SIMULATOR)
-    subprocess.run(["cc", "-o", "sim", "sim.c", "-I/usr/include/kim-api", "-lkim-api"], cwd=tmp_path, check=True)
-    env = {**os.environ, "KIM_API_PORTABLE_MODELS_DIR": str(exported["eam"])}
-
-    def sim(*x0):
-        done = subprocess.run(["./sim", "adgrad_eam", "0", *x0], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, check=True)
-        return [(int(line.split()[0]), float(line.split()[1])) for line in done.stdout.splitlines()]
-    (fresh, energy), = sim("0.0")
+    sim = simulator(tmp_path, exported)
+    (fresh, energy), = sim("0", "0.0")
     assert fresh == 0 and np.isfinite(energy)
-    (failed, _), again = sim("2.5", "0.0")
+    (failed, _), again = sim("0", "2.5", "0.0")
     assert failed != 0 and "non-finite site energy or gradient" in (tmp_path / "kim.log").read_text()
     assert again == (0, energy)
 
