@@ -237,6 +237,12 @@ def _call_repeated(body_lines):
     return [line if line.lstrip().startswith("#") else pattern.sub(r"__\1_call(", line) for line in body_lines], names
 
 
+def _arrays(point_args, per_point):
+    """(the per-point arguments, those of them that are inputs): results are named out_* (the Emitter's names)."""
+    arrays = [a for a, pp in zip(point_args, per_point) if pp]
+    return arrays, [a for a in arrays if not a.startswith("out_")]
+
+
 def _params(point_args, per_point):
     """`lanes`'s leading arguments: the ones not indexed by point, each followed by ", "."""
     return "".join(f"{a}, " for a, pp in zip(point_args, per_point) if not pp)
@@ -246,8 +252,7 @@ def _lanes(point_args, body_lines, per_point, rows, translate):
     """(The lanes function, point and batch of a lanes kernel (LANES), what the drivers call for `lanes`)."""
     step = LANES_BLOCK
     params = _params(point_args, per_point)
-    arrays = [a for a, pp in zip(point_args, per_point) if pp]
-    ins = [a for a in arrays if not a.startswith("out_")]
+    arrays, ins = _arrays(point_args, per_point)
 
     def lines(depth, text):
         return "\n".join(" " * depth + t for t in text)
@@ -282,8 +287,7 @@ def _strided(name, point_args, per_point, callee="point"):
     """The strided driver (STRIDED): results are the arguments named out_* (the Emitter's names),
     gathered inputs the other per-point ones. `callee`: what it calls for point: the function, or its
     translated body."""
-    arrays = [a for a, pp in zip(point_args, per_point) if pp]
-    ins = [a for a in arrays if not a.startswith("out_")]
+    arrays, ins = _arrays(point_args, per_point)
     bufs = ", ".join([f"b_{a}" for a in arrays] + [f"r_{a}" for a in ins])
     buf_args = ", ".join((f"r_{a}[b]" if a in ins else f"b_{a}[b]") if pp else a
                          for a, pp in zip(point_args, per_point))
@@ -311,8 +315,7 @@ def _lanes_strided(name, point_args, per_point, rows, call):
     """A lanes kernel's strided driver (LANES_STRIDED); `rows`: {per-point argument: (row, size)},
     `call`: what it calls for `lanes`."""
     step = LANES_BLOCK
-    arrays = [a for a, pp in zip(point_args, per_point) if pp]
-    ins = [a for a in arrays if not a.startswith("out_")]
+    arrays, ins = _arrays(point_args, per_point)
 
     def move(a):
         at, arr = _lane_at(rows, a, " + b"), f"{a}[k * {a}_sk + (s + b) * {a}_si]"
