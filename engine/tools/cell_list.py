@@ -2,14 +2,15 @@
 cells of any shape and periodicity, in time linear in the atoms (atoms.neighbours' engine).
 
 The atoms are wrapped into the cell and binned in fractional coordinates: along a periodic direction
-into nb = floor(h / cutoff) bins (h: the distance between the cell's faces, so a bin is at least a
-cutoff thick), along a free one into bins a cutoff wide over the atoms' extent. Two atoms closer than
-the cutoff differ by at most cutoff / h in a fractional coordinate, so an atom's neighbours lie in the
-bins within K = ceil(cutoff nb / h) of its own (K = 1 unless the cell is thinner than the cutoff); a
-bin offset that leaves a periodic cell comes back on the other side with an image shift, and each
-(atom, image) is met once. The bins are a counting sort of the atoms (positions copied in bin order,
-read in sequence), their number at most a few per atom, so memory follows the atoms, not the cell's
-volume. Each atom's neighbours are sorted nearest first (a stable sort, ties in bin order).
+into nb = floor(SPLIT h / cutoff) bins (h: the distance between the cell's faces, so a bin is at least
+cutoff / SPLIT thick), along a free one into bins cutoff / SPLIT wide over the atoms' extent (_grid;
+wider where there are few atoms). Two atoms closer than the cutoff differ by at most cutoff / h in a
+fractional coordinate, so an atom's neighbours lie in the bins within K = ceil(cutoff nb / h) of its own
+(K = SPLIT in a cell at least a cutoff thick; more where it is thinner or the bins were widened); a bin
+offset that leaves a periodic cell comes back on the other side with an image shift, and each (atom,
+image) is met once. The bins are a counting sort of the atoms (positions copied in bin order, read in
+sequence), their number at most a few per atom, so memory follows the atoms, not the cell's volume. Each
+atom's neighbours are sorted nearest first (a stable sort, ties in bin order).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import adgrad.engine.numeric.cache  # noqa: F401  (first: numba caches the cache
 from ..kernel import run_threads
 
 SLACK = 1e-9            # relative room for rounding in the bin widths: a pair at the cutoff is never missed
-SPLIT = 2               # bins a cutoff thick: 5^3 half-cutoff bins hold 42% fewer candidates than 3^3 whole ones
+SPLIT = 2               # bins per cutoff of thickness: 5^3 half-cutoff bins hold 42% fewer candidates than 3^3 whole ones
 PART = 1024             # atoms at least in each thread's part of the search (a hand-off: 0.04-0.1 ms)
 MAX_IMAGES = 1 << 20    # bins an atom meets (and image shifts tabulated): a cell far thinner than the cutoff is refused
 FLAT = 1e-12            # cell vectors whose smallest singular value is below this fraction of the largest: dependent
