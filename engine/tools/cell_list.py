@@ -26,7 +26,7 @@ import adgrad.engine.numeric.cache  # noqa: F401  (first: numba caches the cache
 from ..kernel import run_threads
 
 SLACK = 1e-9            # relative room for rounding in the bin widths: a pair at the cutoff is never missed
-SPLIT = 2               # bins per cutoff of thickness: 5^3 half-cutoff bins hold 42% fewer candidates than 3^3 whole ones
+SPLIT = 2               # bins per cutoff: 5^3 half-cutoff bins hold 42% fewer candidates than 3^3 whole ones
 PART = 1024             # atoms at least in each thread's part of the search (a hand-off: 0.04-0.1 ms)
 MAX_IMAGES = 1 << 20    # bins an atom meets (and image shifts tabulated): a cell far thinner than the cutoff is refused
 FLAT = 1e-12            # cell vectors whose smallest singular value is below this fraction of the largest: dependent
