@@ -1,12 +1,12 @@
 """Hostile but fair input to adgrad.ase.AdgradCalculator (issue 25, items 8-10, and their neighbours).
 
 Two tables: ARGUMENTS, the constructor's arguments (model, cutoff, species, skin, energy, N, log, and
-headroom, which is gone), and ATOMS, what a calculation is given (positions, cell, periodicity,
-elements); each row is refused with a ValueError whose message names the argument and the problem. Every
-input the docs call valid gets its value, compared with an independent computation: LAMMPS on the same potential files (free
-clusters of every dimension, placed in a periodic box too large for any image to reach), the model
-evaluated directly through adgrad.engine.api, Lennard-Jones by hand, and the neighbour list against
-every pair of every periodic image by brute force. Memory is measured in a child process."""
+headroom, which is gone), and ATOMS, what a calculation is given (positions, cell, periodicity, elements);
+each row is refused with a ValueError whose message names the argument and the problem. Every input the docs
+call valid gets its value, compared with an independent computation: LAMMPS on the same potential files (free
+clusters of every dimension, placed in a periodic box too large for any image to reach), the model evaluated
+directly through adgrad.engine.api, Lennard-Jones by hand, and the neighbour list against every pair of every
+periodic image by brute force. Memory is measured in a child process."""
 from __future__ import annotations
 
 import itertools
@@ -63,7 +63,8 @@ def models(tmp_path_factory):
     text = CU.read_text()
     cuni = f"{{potential: {lo.potential('CuNi.eam.alloy')}, elements: [Cu, Ni]}}"
     (root / "cuni.yaml").write_text(re.sub(r"\{potential: [^}]*\}", cuni, text))
-    (root / "funcfl.yaml").write_text(re.sub(r"\{potential: [^}]*\}", f"{{potential: {lo.potential('Cu_u3.eam')}}}", text))
+    funcfl = f"{{potential: {lo.potential('Cu_u3.eam')}}}"
+    (root / "funcfl.yaml").write_text(re.sub(r"\{potential: [^}]*\}", funcfl, text))
     text = text.replace("../data/", f"{ROOT / 'data'}/")
     (root / "vector.yaml").write_text(text.replace("outputs:\n", "outputs:\n  V: R[0]\n"))
     sw = (ROOT / "data" / "Si_sw85.sw").read_text().replace("2.1683 2.0951 1.8 ", "2.1683 2.0951 0.0 ")    # a = 0
