@@ -1,11 +1,13 @@
 """Neighbour lists of the CLI path: microseconds per atom of adgrad.engine.tools.atoms.neighbours (the padded
 R / valid / index / species arrays that data/make_crystal.py writes), and of its cell list alone
-(engine/tools/cell_list.py pairs), against adgrad.ase's list (adapters/ase/neighbours.py: pairs only),
-matscipy's neighbour_list("ijD") and LAMMPS's `run 0` with a full list (its build and setup) when
-installed, on rattled fcc Cu (a = 3.615 A, displaced by up to 0.1 A) in a periodic cubic cell. adgrad's
-cell list runs on --threads threads (parts of at least 4,096 atoms; default 1), the others on one. Each
-row: the median of --repeats calls after a warm-up, in wall-clock and in CPU seconds of this process, all
-threads (on a shared machine the CPU time is the steadier figure).
+(engine/tools/cell_list.py pairs), against adgrad.ase's lists (adapters/ase/neighbours.py): image_list, what the
+ASE calculator builds (each pair as i, j and an image code), and neighbour_list (j and the cell vectors S
+crossed, made from image_list for the tests and checked against the reach: about twice image_list's time),
+matscipy's neighbour_list("ijD") and LAMMPS's `run 0` with a full list (its build and setup) when installed,
+on rattled fcc Cu (a = 3.615 A, displaced by up to 0.1 A) in a periodic cubic cell. adgrad's lists run on
+--threads threads (parts of at least cell_list.PART atoms; default 1), the others on one. Each row: the
+median of --repeats calls after a warm-up, in wall-clock and in CPU seconds of this process, all threads (on
+a shared machine the CPU time is the steadier figure).
 
     python benchmarks/neighbours.py                      # 4,000 and 32,000 atoms, cutoffs 4.95 and 6.0 A
     python benchmarks/neighbours.py --atoms 4000 --cutoff 6.0
@@ -30,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "data"))
 from make_crystal import crystal  # noqa: E402
 
-from adgrad.ase.neighbours import neighbour_list  # noqa: E402
+from adgrad.ase.neighbours import image_list, neighbour_list  # noqa: E402
 from adgrad.engine.tools import atoms, cell_list  # noqa: E402
 from adgrad.engine.tools.cell_list import lattice  # noqa: E402
 
@@ -103,7 +105,8 @@ def main():
         for cutoff in args.cutoff:
             rows = {"atoms.neighbours (padded arrays)": lambda: atoms.neighbours(x, cell, cutoff),
                     "  of which cell_list.pairs": lambda: cell_list.pairs(x, cell, np.ones(3, bool), cutoff),
-                    "adgrad.ase list (pairs only)": lambda: neighbour_list(x, basis, inverse, [True] * 3, cutoff)}
+                    "adgrad.ase image_list (calculator)": lambda: image_list(x, basis, inverse, [True] * 3, cutoff),
+                    "adgrad.ase neighbour_list (j, S)": lambda: neighbour_list(x, basis, inverse, [True] * 3, cutoff)}
             if matscipy_list is not None:
                 rows["matscipy neighbour_list ijD"] = lambda: matscipy_list("ijD", positions=x, cell=cell,
                                                                           pbc=[True] * 3, cutoff=cutoff)
