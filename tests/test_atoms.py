@@ -202,3 +202,34 @@ def test_the_same_lists_on_any_number_of_threads():
         numba.set_num_threads(before)
     for key in got[0]:
         assert got[0][key].tobytes() == got[1][key].tobytes(), key
+
+
+@pytest.mark.parametrize("pbc", [(True, True, True), (True, False, True)])
+def test_atom_pairs_are_the_lists_of_pairs_in_atom_order(pbc):
+    """cell_list.atom_pairs (the ASE calculator's list) searches atom by atom and writes each list in place:
+    every atom's neighbours (as atoms) and image codes are the bits of pairs' list (searched in bin order),
+    on one thread or two, with the atoms in no spatial order in a triclinic cell."""
+    from adgrad.engine.tools import cell_list
+    rng = np.random.default_rng(7)
+    x, cell = crystal("fcc", 3.615, 13, 0.2, seed=5)
+    cell = cell + rng.normal(size=(3, 3)) * 0.3
+    x = x[rng.permutation(len(x))] @ np.linalg.solve(np.eye(3) * 3.615 * 13, cell)
+    before = numba.get_num_threads()
+    try:
+        for threads in (1, 2):
+            numba.set_num_threads(threads)
+            ref = cell_list.pairs(x, cell, np.array(pbc), 4.0)
+            got = cell_list.atom_pairs(x, cell, np.array(pbc), 4.0)
+            assert len(ref.parts) == threads + 1
+            assert got.j.dtype == got.code.dtype == np.int32 and got.first[0] == 0
+            np.testing.assert_array_equal(np.diff(got.first), ref.count)
+            assert got.p.tobytes() == ref.p.tobytes() and got.shifts.tobytes() == ref.shifts.tobytes()
+            j, code = np.empty_like(got.j), np.empty_like(got.code)
+            for w in range(len(ref.parts) - 1):
+                for i in ref.order[ref.parts[w]:ref.parts[w + 1]]:
+                    s, o, m = ref.start[i], got.first[i], ref.count[i]
+                    j[o:o + m], code[o:o + m] = ref.order[ref.u[w][s:s + m]], ref.code[w][s:s + m]
+            assert got.j.tobytes() == j.tobytes() and got.code.tobytes() == code.tobytes()
+            assert len(j) > 10 * len(x)
+    finally:
+        numba.set_num_threads(before)
