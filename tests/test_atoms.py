@@ -233,3 +233,23 @@ def test_atom_pairs_are_the_lists_of_pairs_in_atom_order(pbc):
             assert len(j) > 10 * len(x)
     finally:
         numba.set_num_threads(before)
+
+
+def test_the_candidates_sort_is_numpys_stable_sort():
+    """cell_list._sort (a counting sort into buckets, then an insertion sort) orders squared distances as
+    np.argsort(kind="stable"): exact ties kept in their order, keys crowded into one bucket or a few
+    shells, at 0 and just below the cutoff squared, no candidates and one."""
+    from adgrad.engine.tools import cell_list
+    rng = np.random.default_rng(11)
+    cutsq = 36.0
+    cases = [np.zeros(0), np.array([3.0]), np.full(50, 7.25), np.array([np.nextafter(cutsq, 0), 0.0] * 20),
+             rng.choice([6.5, 13.0, 19.6, 26.1, 32.7], 200) + rng.normal(0, 1e-3, 200),
+             rng.uniform(0, cutsq, 300), np.repeat(rng.uniform(0, cutsq, 40), 3), 1e-3 * rng.random(100)]
+    bound = 300
+    rank, key, slot = np.empty(bound, np.int64), np.empty(bound), np.empty(bound, np.int64)
+    bucket = np.empty(2 * bound + 1, np.int64)
+    for cr in cases:
+        m = len(cr)
+        buffer = np.concatenate([cr, rng.uniform(0, 100, bound - m)])      # beyond m: what _atom left there
+        cell_list._sort(buffer, m, cutsq, rank, key, bucket, slot)
+        np.testing.assert_array_equal(rank[:m], np.argsort(cr, kind="stable"))
