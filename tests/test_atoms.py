@@ -253,3 +253,19 @@ def test_the_candidates_sort_is_numpys_stable_sort():
         buffer = np.concatenate([cr, rng.uniform(0, 100, bound - m)])      # beyond m: what _atom left there
         cell_list._sort(buffer, m, cutsq, rank, key, bucket, slot)
         np.testing.assert_array_equal(rank[:m], np.argsort(cr, kind="stable"))
+
+
+def test_atoms_crowded_in_a_periodic_cell_grow_the_lists():
+    """The lists' arrays are sized for the cell's mean density with little room; 300 atoms crowded into a
+    tenth of a periodic cell's width have ~1000x the pairs expected: the arrays grow, and each atom's list
+    is every pair of brute force, nearest first (no images: the cluster is far from the faces)."""
+    from adgrad.engine.tools import cell_list
+    rng = np.random.default_rng(12)
+    x = 30.0 + rng.uniform(0, 6.0, (300, 3))
+    d = np.linalg.norm(x[None] - x[:, None], axis=-1)
+    found = cell_list.atom_pairs(x, np.eye(3) * 60.0, np.ones(3, bool), 4.0)
+    for i in range(len(x)):
+        j = found.j[found.first[i]:found.first[i + 1]]
+        want = np.flatnonzero((d[i] < 4.0) & (np.arange(len(x)) != i))
+        np.testing.assert_array_equal(j, want[np.argsort(d[i, want], kind="stable")])
+    assert np.all(found.code == len(found.shifts) // 2) and found.first[-1] > 100 * len(x)
