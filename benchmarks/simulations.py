@@ -255,9 +255,8 @@ STAGES = {  # what an MD step does -> the functions timed for it: methods of the
     "  neighbour list rebuilt (amortized)": ["_build"],
     "  pairs within the cutoff counted (positions wrapped)": ["_run:_count", "wrap"],
     "  rows ordered by width": ["_layout"],
-    "  rows packed": ["_run:_pack"],
-    "  kernels (E and dE/dR), all widths": ["_run_kernel"],
-    "  forces, virial, energies assembled": ["_run:_assemble", "_run:_sum_parts"],
+    "  kernels: rows gathered, E and dE/dR, scattered": ["_run_kernel"],
+    "  the parts' forces summed": ["_run:_sum_parts"],
     "  finiteness check": ["_finite"],
 }
 

@@ -46,21 +46,22 @@ MATH = ("vector", "libm")
 
 
 def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, math="vector",
-                  log=None, points_last=False) -> CompiledKernel:
+                  log=None, points_last=False, sites=False) -> CompiledKernel:
     """Compile values and derivatives into one point kernel and a parallel batch driver.
 
     derivatives: (of, wrt) pairs; wrt is a name or a list of two names (second derivative), or
     DerivativeRequest objects (which may carry their own mode). values: output names (default all).
     math: "vector" (engine/numeric/vecmath.py's functions in loop nests that vectorize, see
     engine/codegen/vector.py) or "libm" (libm calls everywhere: numpy's bits).
-    log: called with one line before a kernel that is not in the compile cache is compiled, and with
-    its time after (the CLI prints them on stderr). The kernel's `cold` says whether this call compiled
-    it, `compile_seconds` how long compile_model took.
+    log: called with one line before a kernel not in the compile cache is compiled, and with its time after
+    (the CLI prints them). The kernel's `cold`: whether this call compiled it; `compile_seconds`: its time.
     points_last: the caller's arrays will have the point axis last (e.g. felupe's (3, 3, q, c)), read
     and written by the strided driver: straight-line code then runs as a lanes kernel whatever its
     number of values a point (engine/codegen/vector.py lanes_fit), faster there and slower on
     point-first rows (with vecmath's functions where libm's were: last bits may differ). Any layout
     works either way.
+    sites: a site energy's kernel (_site_buffers) with the driver that gathers rows from a neighbour list
+    (CompiledKernel.sites: the ASE calculator's), compiled instead of batch.
     """
     start = time.perf_counter()
     if math not in MATH:
@@ -76,9 +77,10 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, 
         scalar = None
     em, body = _emit(scalar or graph, graph, math, lanes=scalar is not None and lanes_fit(scalar, math, points_last))
     per_point = [True] * len(graph.inputs) + [False] * len(graph.params) + [True] * len(graph.outputs)
+    buffers = _site_buffers(model, graph, em.args) if sites else None
 
     def kernel_of(translate):
-        source = module_source(model.name, em.globals, em.args, body, per_point, math, em.lanes, translate)
+        source = module_source(model.name, em.globals, em.args, body, per_point, math, em.lanes, translate, buffers)
         return CompiledKernel(model, graph, derivs, source, load(source), em.work_size,
                               {n: v.shape for n, v in graph.outputs.items()},
                               frozenset(d.name for d in derivs if d.kind == "sum"), scalar is not None,
@@ -89,7 +91,7 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, 
     if cold and log:
         log(f"compiling {model.name} (first use of this model and these derivatives)")
     try:
-        _first_call(kernel, points_last)        # jit (or load) now
+        _first_call(kernel, points_last, sites)        # jit (or load) now
     except Exception as exc:            # noqa: BLE001  (a body codegen/direct.py could not translate after all)
         reason = untranslated(exc)
         if reason is None:
@@ -97,7 +99,7 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, 
         warn(f"model '{model.name}': {reason}; its kernel is compiled by numba's front end instead (slower to "
              f"compile, the same results)")
         kernel = kernel_of(False)
-        _first_call(kernel, points_last)
+        _first_call(kernel, points_last, sites)
     kernel.module._adgrad_cold = False      # compiled: warm for the rest of the process
     kernel.cold, kernel.compile_seconds = cold, time.perf_counter() - start
     if cold and log:
@@ -105,10 +107,34 @@ def compile_model(model: LoadedModel, derivatives=(), mode="auto", values=None, 
     return kernel
 
 
-def _first_call(kernel, points_last):
+def _site_buffers(model, graph, args):
+    """{kernel argument: its row buffer in the sites driver} of a site-energy kernel (compile_model's sites)."""
+    ins, outs = graph.inputs, graph.outputs
+    n = ins["R"].shape[0] if "R" in ins and len(ins["R"].shape) == 2 else None
+    want = {"R": (n, 3), "valid": (n,), "s": (), "sn": (n,)}
+    scalar = [o for o, v in outs.items() if v.shape == ()]
+    if n is None or not {"R", "valid"} <= set(ins) <= set(want) or any(v.shape != want[k] for k, v in ins.items()) \
+            or len(outs) != 2 or len(scalar) != 1 or outs[next(o for o in outs if o not in scalar)].shape != (n, 3):
+        raise SpecError(f"model '{model.name}' is not a site energy (inputs R [N, 3], valid [N], optionally s [] and "
+                        f"sn [N]; results a site energy and its gradient with respect to R [N, 3])")
+    names = {"R": "b_R", "valid": "b_valid", "s": "b_s", "sn": "b_sn"}
+    buffers = {a: names[k] for k, a in zip(ins, args)}
+    buffers.update({a: "b_E" if o in scalar else "b_G" for o, a in zip(outs, args[len(args) - len(outs):])})
+    return buffers
+
+
+def _first_call(kernel, points_last, sites=False):
     """Compile (or load) the driver the caller will use: batch on point-first rows, or with
     `points_last` the strided driver, on two points with the point axis last (felupe calls no other,
-    so batch, which inlines the body once more, is compiled only if ever called)."""
+    so batch, which inlines the body once more, is compiled only if ever called), or with `sites` the
+    sites driver on no rows (the ASE calculator's argument types)."""
+    if sites:
+        index, real = np.zeros(0, dtype=np.int64), np.zeros(0)
+        pairs = (np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32),
+                 np.zeros((0, 3)), np.zeros(0, dtype=np.uint8), np.zeros((0, 3)))
+        kernel.sites(np.zeros(2, dtype=np.int64), 0, 0, (index, index), pairs, real, kernel.param_rows(),
+                     (real, np.zeros((1, 0, 3)), np.zeros((1, 3, 3))), kernel.site_buffers(1))
+        return
     if not points_last:
         kernel.evaluate({n: np.empty((0,) + v.shape) for n, v in kernel.graph.inputs.items()})
         return

@@ -22,7 +22,7 @@ import numba
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .codegen.load import STRIDED_BLOCK, seal    # first: it gives the numba helpers below adgrad's cache
+from .codegen.load import SITES_BLOCK, STRIDED_BLOCK, seal    # first: gives the numba helpers below adgrad's cache
 from . import arguments  # noqa: I001
 from .ir.core import Graph
 
@@ -121,6 +121,28 @@ class CompiledKernel:
                 bufs.append(np.empty((len(workspace), STRIDED_BLOCK, max(1, v.size))))
         self._call(self.module.strided, m, [(*args, work, *(b[w] for b in bufs), *(v[w] for v in views), flags)
                                             for w, work in enumerate(workspace)])
+
+    def site_buffers(self, threads):
+        """Per thread, the row buffers and workspace row of a site-energy kernel's `sites` driver
+        (compile_model(sites=True)): (b_R, b_valid, b_s, b_sn, b_index, b_E, b_G, work)."""
+        rows, width = SITES_BLOCK, self.graph.inputs["valid"].shape[0]
+        return [(np.zeros((rows, 3 * width)), np.zeros((rows, width)), np.zeros((rows, 1)), np.zeros((rows, width)),
+                 np.full((rows, width), -1, dtype=np.int32), np.zeros((rows, 1)), np.zeros((rows, 3 * width)), work)
+                for work in self.workspace(threads)]
+
+    def sites(self, parts, t0, t1, rows, pairs, species, params, results, buffers):
+        """A site-energy kernel's `sites` driver (codegen/load.py SITES, engine/numeric/sites.py) on a thread
+        per entry of `buffers` (site_buffers): rows t0 <= t < t1, by the parts `parts` (int64 row bounds),
+        rows = (order, count) (int64: the atom of each row, each atom's pairs within the cutoff), pairs =
+        (first (int64), J, code (int32), shifts, inside (uint8), p) of the neighbour list, species (float64,
+        per atom), params (param_rows()), results = (energies (n,), forces (parts, n, 3), virial (parts, 3,
+        3)), added to. Nothing is checked; other dtypes or layouts compile the driver again."""
+        next_part, driver = np.zeros(1, dtype=np.int64), self.module.sites
+        compiled = len(driver.overloads)
+        args = (next_part, parts, t0, t1, *rows, *pairs, species, *params, *results)
+        run_threads(lambda w: driver(*args, *buffers[w]), len(buffers))
+        if len(driver.overloads) != compiled:      # this call compiled (or loaded) code: record its sums
+            seal(self.module)
 
     def _call(self, driver, m, args):
         """driver(next_row, block, *args[w]) on each thread w, args[w] being its arguments (its

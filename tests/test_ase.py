@@ -400,46 +400,61 @@ def test_a_width_of_few_atoms_runs_in_the_next_wider_kernel(monkeypatch):
 
 
 def test_parts_give_the_same_bits_on_any_thread_count_and_the_serial_sums_within_round_off(cu_model, monkeypatch):
-    """Packing and assembly run in parts of the atoms (calculator.PART at least, MAX_PARTS at most), one
-    thread each, and a kernel's rows on a thread per calculator.ROWS (8 here: two threads): the parts
-    follow from the number of atoms alone, so one thread or two give the same bits; against one part (the
-    serial scatter) the packed inputs and energies are the same bits, and forces and stress differ by the
-    round-off of summing each atom's terms part by part."""
+    """The kernels take the rows in parts (calculator.ROWS rows at least, MAX_PARTS at most; 8 here: 8 parts
+    of 13-14 rows), each scattering into forces of its own, summed in part order: the parts follow from the
+    number of atoms alone, so one thread or two give the same bits; against one part (the serial scatter) the
+    energies are the same bits, and forces and stress differ by the round-off of summing each atom's terms
+    part by part."""
     from adgrad.ase import calculator
     atoms = copper(reps=3)                  # 108 atoms
-    monkeypatch.setattr(calculator, "ROWS", 8)
     results = {}
     before = numba.get_num_threads()
     try:
-        for part, threads in ((1 << 30, 1), (8, 1), (8, 2)):
-            monkeypatch.setattr(calculator, "PART", part)
+        for least, threads in ((1 << 30, 1), (8, 1), (8, 2)):
+            monkeypatch.setattr(calculator, "ROWS", least)
             numba.set_num_threads(threads)
             calc = AdgradCalculator(cu_model, cutoff(cu_model), {"Cu": 0}, log=None)
             a = atoms.copy()
             a.calc = calc
-            results[part, threads] = (a.get_potential_energies(), a.get_forces(), a.get_stress(),
-                                      calc._flat["R"].copy())
-            (order, base, *_), b = calc._rows, calc._flat
+            results[least, threads] = (a.get_potential_energies(), a.get_forces(), a.get_stress())
     finally:
         numba.set_num_threads(before)
     serial, one, two = results[1 << 30, 1], results[8, 1], results[8, 2]
-    assert len(calculator._parts(len(atoms))) - 1 == calculator.MAX_PARTS
+    assert len(calculator._parts(len(atoms), 8)) - 1 == calculator.MAX_PARTS
     for x, y in zip(one, two):
         assert x.tobytes() == y.tobytes()
-    assert serial[0].tobytes() == one[0].tobytes() and serial[3].tobytes() == one[3].tobytes()
+    assert serial[0].tobytes() == one[0].tobytes()
     # per atom, m terms summed in another grouping: within 2 m eps times the sum of their magnitudes
     terms, count = np.zeros((len(atoms), 3)), np.zeros(len(atoms))
-    g, index = b["G"][:base[-1]], b["index"][:base[-1]]
-    real = index >= 0
-    rows = np.repeat(order, np.diff(base))[real]        # the atom of each slot
-    np.add.at(terms, rows, np.abs(g[real]))
-    np.add.at(terms, index[real], np.abs(g[real]))
-    np.add.at(count, rows, 1)
-    np.add.at(count, index[real], 1)
+    for i, (R, valid, index, sn, s) in rows_of(calc).items():
+        kernel, _ = calc.kernels[len(valid)]
+        g = kernel.evaluate({"R": R[None], "valid": valid[None], "s": np.array([s]), "sn": sn[None]})["dE_dR"][0]
+        real = index >= 0
+        np.add.at(terms, np.full(real.sum(), i), np.abs(g[real]))
+        np.add.at(terms, index[real], np.abs(g[real]))
+        count[i] += real.sum()
+        np.add.at(count, index[real], 1)
     eps = np.finfo(float).eps
     assert (np.abs(one[1] - serial[1]) <= 2 * count[:, None] * eps * terms).all()
     assert not np.array_equal(one[1], serial[1])        # the grouping did change (else the bound tests nothing)
     np.testing.assert_allclose(one[2], serial[2], rtol=1e-13, atol=1e-15)
+
+
+def rows_of(calc):
+    """Each atom's row of the calculator's last step as its kernel's sites driver gathers it from the list
+    (engine/numeric/sites.py gather) into buffers of NaN (a thread's buffers hold the rows before):
+    {atom: (R (width, 3), valid, index, sn, s)}."""
+    from adgrad.engine.numeric.sites import gather
+    im, (order, width, _) = calc._list[0], calc._rows
+    rows = {}
+    for t, i in enumerate(order):
+        w = int(width[i])
+        R, valid, s, sn = np.full((1, 3 * w), np.nan), np.full((1, w), np.nan), np.zeros((1, 1)), np.full((1, w), np.nan)
+        index = np.full((1, w), 99, dtype=np.int32)
+        gather(t, 1, order, im.first, im.j, im.code, im.shifts, calc._inside, calc._wrapped, calc._species, R, valid,
+               s, sn, index)
+        rows[int(i)] = R.reshape(w, 3), valid[0], index[0], sn[0], s[0, 0]
+    return rows
 
 
 def test_a_row_that_loses_neighbours_is_padded_again(cu):
@@ -453,9 +468,7 @@ def test_a_row_that_loses_neighbours_is_padded_again(cu):
     atoms.get_forces()
 
     def rows():
-        (order, base, *_), b = calc._rows, calc._flat
-        return {int(i): (b["R"][base[t]:base[t + 1]], b["valid"][base[t]:base[t + 1]],
-                         b["index"][base[t]:base[t + 1]], b["sn"][base[t]:base[t + 1]]) for t, i in enumerate(order)}
+        return {i: row[:4] for i, row in rows_of(calc).items()}
     kept, before = calc._list[0], {i: (index >= 0).sum() for i, (_, _, index, _) in rows().items()}
     centre = atoms.positions.mean(axis=0)
     atoms.positions = centre + 1.12 * (atoms.positions - centre)
@@ -472,3 +485,44 @@ def test_a_row_that_loses_neighbours_is_padded_again(cu):
     fresh.calc = AdgradCalculator(cu.path, cu.cutoff, {"Cu": 0}, log=None)
     np.testing.assert_allclose(forces, fresh.get_forces(), rtol=0, atol=1e-12 * np.abs(forces).max())
     np.testing.assert_allclose(atoms.get_potential_energies(), fresh.get_potential_energies(), rtol=1e-13)
+
+
+@pytest.mark.parametrize("model, rattle, lanes", [("si_sw_model.yaml", 0.05, True), ("si_sw_model.yaml", 0.35, False),
+                                                  ("si_tersoff_model.yaml", 0.35, False)])
+def test_the_sites_driver_gives_the_batch_drivers_bits(model, rattle, lanes):
+    """Each width's kernel runs through its sites driver (rows gathered from the list, the body, energies and
+    forces scattered; SW's 4 slots a lanes kernel, the wider ones loop or straight-line kernels): the site
+    energies are the bits of the batch driver on the same rows (compile_model without sites, evaluate), the
+    forces those of its gradients scattered in row order. Cold silicon (width 4) and hot (8, 12, 16); each
+    driver compiled once, at compile_model (no second compile for the calculator's argument types)."""
+    from adgrad.engine.api import compile_model
+    x, cell = lo.diamond(5.431, 3, rattle, seed=3)
+    atoms = Atoms(f"Si{len(x)}", positions=x, cell=cell, pbc=True)
+    calc = AdgradCalculator(ROOT / "configs" / model, log=None)
+    atoms.calc = calc
+    energies, forces = atoms.get_potential_energies(), atoms.get_forces()
+    assert any(k.lanes for k, _ in calc.kernels.values()) == lanes and len(calc.kernels) >= (1 if lanes else 2)
+    assert all(len(k.module.sites.overloads) == 1 for k, _ in calc.kernels.values())
+    batch = {w: compile_model(load_model(ROOT / "configs" / model, sizes={"N": w}), derivatives=[("E", "R")],
+                              values=["E"]) for w in calc.kernels}
+    reference = np.zeros_like(forces)
+    for i, (R, valid, index, sn, s) in rows_of(calc).items():
+        given = {"R": R[None], "valid": valid[None], "s": np.array([s]), "sn": sn[None]}
+        out = batch[len(valid)].evaluate({n: given[n] for n in calc.inputs})
+        assert out["E"][0].tobytes() == energies[i].tobytes()
+        g = out["dE_dR"][0][index >= 0]
+        reference[i] += g.sum(axis=0)
+        np.subtract.at(reference, index[index >= 0], g)
+    np.testing.assert_allclose(forces, reference, rtol=0, atol=1e-12 * np.abs(forces).max())
+
+
+def test_a_kernel_with_sites_is_a_site_energy():
+    """compile_model(sites=True) of a model that is not a site energy (inputs R, valid, optionally s, sn;
+    results a site energy and its gradient with respect to R) is an error naming the model."""
+    from adgrad.engine.api import compile_model
+    from adgrad.engine.errors import SpecError
+    model = load_model(ROOT / "configs" / "si_sw_model.yaml", sizes={"N": 4})
+    with pytest.raises(SpecError, match="model 'si_sw' is not a site energy"):
+        compile_model(model, derivatives=[("E", "R"), ("E", "valid")], values=["E"], sites=True)
+    with pytest.raises(SpecError, match="not a site energy"):
+        compile_model(load_model(ROOT / "configs" / "neohookean_model.yaml"), sites=True)

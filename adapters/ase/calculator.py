@@ -2,16 +2,16 @@
 
 A step: a neighbour list (neighbours.py: 12 bytes a pair, kept between steps while no atom has moved
 more than half the skin); each atom's pairs within the cutoff counted from it; the atoms ordered by their
-width (their count rounded up to a multiple of SLOTS) and packed into the model's padded inputs R / valid
-/ s / sn, one flat buffer holding every width's rows; one kernel call per width (a kernel compiled for
-each width the atoms meet: a three-body model's N x N terms follow each atom's own neighbours, 16 for an
-atom with 4, not the 256 of 16 slots), E and dE/dR into reused buffers; then forces and the virial
-assembled from dE/dR. Counting, packing and assembly are numba loops over parts of the atoms (PART atoms
-at least, MAX_PARTS parts at most, a power of two) on adgrad's threads (engine/kernel.py run_threads, as
-the kernel's). A part scatters its rows' terms into forces and a virial of its own; the parts' forces
-are then summed in part order. The parts and the order follow from the positions alone: the same bits
-on any thread count, and within round-off of one serial scatter (2 m eps times the sum of an atom's m
-terms' magnitudes; tests/test_ase.py).
+width (their count rounded up to a multiple of SLOTS); then one call per width of its kernel's `sites`
+driver (a kernel compiled for each width the atoms meet: a three-body model's N x N terms follow each
+atom's own neighbours, 16 for an atom with 4, not the 256 of 16 slots), which gathers the rows of the
+model's inputs R / valid / s / sn from the list into a thread's row buffers, 32 at a time, runs the
+kernel on them and scatters E and dE/dR into energies, forces and the virial while they are in cache
+(engine/numeric/sites.py). The rows are taken in parts (ROWS rows at least, MAX_PARTS at most, a power
+of two) by adgrad's threads (engine/kernel.py run_threads); a part scatters into forces and a virial of
+its own, summed in part order at the end. The parts and the order follow from the positions alone: the
+same bits on any thread count, and within round-off of one serial scatter (2 m eps times the sum of an
+atom's m terms' magnitudes; tests/test_ase.py).
 
 Every argument is checked where it enters: the constructor's when it is called, the atoms' (positions,
 cell, periodicity, elements) at the start of each calculation, before anything is computed from them.
@@ -24,7 +24,6 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 
 import numba
 import numpy as np
@@ -45,10 +44,10 @@ from adgrad.engine.tools.cell_list import independent, lattice
 from .neighbours import image_list, wrap
 
 SLOTS = 4       # neighbour slots come in multiples of this: runs whose counts differ by one share a kernel
-ROWS = 64       # rows of a kernel call per thread at least (a wake-up of the pool: ~0.05-0.1 ms)
+ROWS = 32       # rows at least in a part of the kernels' (a part holds forces for every atom: 24 bytes an atom)
 FEW = 32        # atoms of a width fewer than this run in the next wider width's call (one call: 15-40 us)
-PART = 512      # atoms at least in a part of packing and assembly (a thread's hand-off: 0.04-0.1 ms)
-MAX_PARTS = 8   # parts at most: each holds forces for every atom (24 bytes an atom)
+PART = 512      # atoms at least in a part of the counting pass and of the parts' sum (a hand-off: 0.04-0.1 ms)
+MAX_PARTS = 8   # parts at most, of either kind
 
 
 def stderr(line):
@@ -126,7 +125,7 @@ class AdgradCalculator(Calculator):
         for symbol, index in (self.species or {}).items():
             self._index[atomic_numbers[symbol]] = index
         self.kernels, self.width = {}, self.N or 0      # width -> kernel; N=: the one width
-        self._workspaces, self._flat = {}, None
+        self._workspaces, self._forces = {}, None
         self._list = None           # (neighbour list, positions, cell, pbc, numbers, basis) when it was built
 
     def _cutoff(self, cutoff, known, complete):
@@ -233,35 +232,27 @@ class AdgradCalculator(Calculator):
             self.results["stress"] = full_3x3_to_voigt_6_stress((virial + virial.T) / (2 * volume))
 
     def _evaluate(self, atoms):
-        """One step: each atom's neighbours within the cutoff counted from the list; the atoms ordered by
-        their width (slots: the count rounded up to a multiple of SLOTS, or N=), each width's rows packed
-        from the list (the vectors made again, as counted) into one flat buffer, one kernel call per width,
-        then forces, virial and energies assembled. Two passes over the list's 12 bytes a pair, where a
-        pass writing each pair's vector for the pack to copy moved 64 bytes a pair more (a 4000-atom step
-        is bound by memory bandwidth)."""
+        """One step: each atom's neighbours within the cutoff counted from the list (and the parts' forces
+        zeroed); the atoms ordered by their width (slots: the count rounded up to a multiple of SLOTS, or
+        N=); one sites call per width (gather, kernel, scatter: _run_kernel); the parts' forces summed."""
         im, *_, basis = self._list
         n, cutsq, count = len(atoms), self.cutoff ** 2, self._count
         p = wrap(atoms.positions, im.moved, basis, self._wrapped)
-        parts = _parts(n)
-        P = len(parts) - 1
+        parts, rows = _parts(n), _parts(n, ROWS)
+        scatter = self._scatter(n, len(rows) - 1)
         inside = self._inside
         _run(lambda w: _count(im.first[parts[w]], im.first[parts[w + 1]], parts[w], parts[w + 1], p, im.i, im.j,
-                              im.code, im.shifts, cutsq, inside, count), P)
+                              im.code, im.shifts, cutsq, inside, count, scatter), len(parts) - 1)
         fixed = self._fixed_width(count) if self.N is not None else 0
-        order, base, width, groups = self._rows
-        G = _layout(count, fixed, FEW, order, base, width, groups)      # by width, then atom: from the positions alone
-        b = self._buffers(n, int(base[-1]))
-        _run(lambda w: _pack(parts[w], parts[w + 1], order, base, p, im.first, im.j, im.code, im.shifts, inside,
-                             self._species, b["R"], b["valid"], b["index"], b["sn"], b["s"]), P)
+        order, width, groups = self._rows
+        G = _layout(count, fixed, FEW, order, width, groups)      # by width, then atom: from the positions alone
+        energies, forces, virial = np.empty(n), np.empty((n, 3)), np.zeros((len(rows) - 1, 3, 3))
+        step = (rows, (order, count), (im.first, im.j, im.code, im.shifts, inside, p), self._species,
+                (energies, scatter, virial))
         for g in range(G):
             t0, t1 = int(groups[g]), int(groups[g + 1])
-            self._run_kernel(int(width[order[t0]]), t0, t1, int(base[t0]), b)
-        energies, forces, virial = np.empty(n), np.empty((n, 3)), np.zeros((P, 3, 3))
-        scatter = forces[None] if P == 1 else b["forces"]
-        _run(lambda w: _assemble(parts[w], parts[w + 1], order, base, count, b["G"], b["E"], b["index"], b["R"],
-                                 energies, scatter[w], virial[w]), P)
-        if P > 1:
-            _run(lambda w: _sum_parts(parts[w], parts[w + 1], scatter, forces), P)
+            self._run_kernel(int(width[order[t0]]), t0, t1, step)
+        _run(lambda w: _sum_parts(parts[w], parts[w + 1], scatter, forces), len(parts) - 1)
         return energies, forces, virial.sum(axis=0)         # in part order, as the forces
 
     def _fixed_width(self, count):
@@ -275,18 +266,16 @@ class AdgradCalculator(Calculator):
             self.width = width
         return self.width
 
-    def _run_kernel(self, width, t0, t1, q0, b):
-        """The kernel of `width` slots on rows t0 <= t < t1, whose slots start at q0 in the flat buffers:
-        E and dE/dR in place, on a thread per ROWS rows (at most numba's thread count)."""
-        kernel = self.kernels.get(width) or self._compile(width, t1 - t0)
-        m, q1 = t1 - t0, q0 + (t1 - t0) * width
-        workers = max(1, min(numba.get_num_threads(), m // ROWS))
+    def _run_kernel(self, width, t0, t1, step):
+        """The kernel of `width` slots on rows t0 <= t < t1 (its sites driver: energies, the parts' forces and
+        virials), on a thread per part of these rows (at most numba's thread count)."""
+        kernel, params = self.kernels.get(width) or self._compile(width, t1 - t0)
+        rows, *lists, results = step
+        parts = int(np.count_nonzero((rows[:-1] < t1) & (rows[1:] > t0)))
+        workers = max(1, min(numba.get_num_threads(), parts))
         if workers not in self._workspaces.setdefault(width, {}):
-            self._workspaces[width][workers] = kernel.workspace(workers)
-        inputs = {"R": b["R"][q0:q1].reshape(m, width, 3), "valid": b["valid"][q0:q1].reshape(m, width),
-                  "s": b["s"][t0:t1], "sn": b["sn"][q0:q1].reshape(m, width)}
-        outputs = {self.energy: b["E"][t0:t1], self.gradient: b["G"][q0:q1].reshape(m, width, 3)}
-        kernel.compute({name: inputs[name] for name in self.inputs}, outputs, self._workspaces[width][workers])
+            self._workspaces[width][workers] = kernel.site_buffers(workers)
+        kernel.sites(rows, t0, t1, *lists, params, results, self._workspaces[width][workers])
 
     def _finite(self, atoms, energies, forces):
         """A site energy or force that is NaN or infinite is an error, naming the atoms and their nearest
@@ -295,10 +284,12 @@ class AdgradCalculator(Calculator):
             return
         bad = np.flatnonzero(~(np.isfinite(energies) & np.isfinite(forces).all(axis=1)))
         if len(bad):
-            (order, base, *_), R, count = self._rows, self._flat["R"], self._count
-            row = np.empty(len(order), dtype=np.int64)
-            row[order] = np.arange(len(order))
-            r = [np.linalg.norm(R[base[row[i]]:base[row[i]] + count[i]], axis=1).min(initial=np.inf) for i in bad[:3]]
+            im, p = self._list[0], self._wrapped
+
+            def nearest(i):         # of atom i's pairs within the cutoff
+                e = np.arange(im.first[i], im.first[i + 1])[self._inside[im.first[i]:im.first[i + 1]] > 0]
+                return np.linalg.norm(p[im.j[e]] - p[i] + im.shifts[im.code[e]], axis=1).min(initial=np.inf)
+            r = [nearest(i) for i in bad[:3]]
             near = ", ".join(f"atom {i} ({atoms[i].symbol}: site energy {energies[i]:g}, nearest neighbour at "
                              f"{d:g} A)" for i, d in zip(bad[:3], r))
             raise ValueError(f"{self.path} gives a non-finite energy or force at {len(bad)} atom(s), first {near}; "
@@ -328,9 +319,8 @@ class AdgradCalculator(Calculator):
         n = len(atoms)      # each step's wrapped positions and counts of neighbours within the cutoff
         self._wrapped, self._count = np.empty((n, 3)), np.empty(n, dtype=np.int64)
         self._inside = np.empty(len(images.j), dtype=np.uint8)     # each step: whether a pair is within the cutoff
-        # each step's rows (_layout): order, base, width, the groups' first rows
-        self._rows = (np.empty(n, dtype=np.int64), np.empty(n + 1, dtype=np.int64), np.empty(n, dtype=np.int64),
-                      np.empty(n + 1, dtype=np.int64))
+        # each step's rows (_layout): order, width, the groups' first rows
+        self._rows = (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n + 1, dtype=np.int64))
 
     def _check(self, atoms):
         """The atoms' positions, cell, periodicity and elements, as the model needs them; returns the lattice
@@ -378,25 +368,18 @@ class AdgradCalculator(Calculator):
             lambda line: self._say(f"adgrad: {line}: {width} neighbour slots" +
                                    (f", for {which}" if line.startswith("compiling") else "")))
         with FIRST_USE.paused():            # the kernel's compile says so itself
-            kernel = compile_model(model, derivatives=[(self.energy, "R")], values=[self.energy], log=log)
+            kernel = compile_model(model, derivatives=[(self.energy, "R")], values=[self.energy], log=log, sites=True)
         if set(kernel.graph.outputs) != {self.energy, self.gradient}:
             raise RuntimeError(f"{self.path}: the kernel's outputs are {', '.join(kernel.graph.outputs)}, not "
                                f"{self.energy} and {self.gradient}")
-        self.kernels[width] = replace(kernel, serial_below=0)      # the calculator picks the threads per call
+        self.kernels[width] = kernel, kernel.param_rows()
         return self.kernels[width]
 
-    def _buffers(self, n, slots):
-        """The flat inputs and outputs of every width's rows (R, valid, index, sn, dE/dR: `slots` rows of
-        slots; s and E: n rows) and the parts' forces, kept between steps: grown (by a quarter more) when a
-        step needs more slots, so that thermal motion across widths does not allocate."""
-        b = self._flat
-        if b is None or len(b["s"]) != n or len(b["valid"]) < slots:
-            room = slots if b is None or len(b["s"]) != n else slots + slots // 4
-            b = self._flat = {"R": np.zeros((room, 3)), "valid": np.zeros(room),
-                              "index": np.full(room, -1, dtype=np.int32), "sn": np.zeros(room),
-                              "G": np.zeros((room, 3)), "s": np.zeros(n), "E": np.zeros(n),
-                              "forces": np.zeros((len(_parts(n)) - 1, n, 3))}
-        return b
+    def _scatter(self, n, parts):
+        """The parts' forces (parts, n, 3), kept between steps (zeroed by the counting pass)."""
+        if self._forces is None or self._forces.shape[:2] != (parts, n):
+            self._forces = np.zeros((parts, n, 3))
+        return self._forces
 
 
 class FirstUse(numba_event.Listener):
@@ -487,11 +470,11 @@ def _listed(index):
     return f"atoms {', '.join(index[:-1])} and {index[-1]}"
 
 
-def _parts(n):
-    """Part boundaries over n atoms: at least PART atoms a part, at most MAX_PARTS parts, a power of two (as
-    many parts on each of 1, 2, 4 or 8 threads). They follow from n alone, so the forces (a sum over the
+def _parts(n, least=PART):
+    """Part boundaries over n atoms (or rows): at least `least` a part, at most MAX_PARTS parts, a power of two
+    (as many parts on each of 1, 2, 4 or 8 threads). They follow from n alone, so the forces (a sum over the
     parts) have the same bits on any thread count."""
-    P = 1 << max(0, int(min(MAX_PARTS, n // PART)).bit_length() - 1)
+    P = 1 << max(0, int(min(MAX_PARTS, n // least)).bit_length() - 1)
     return np.arange(P + 1) * n // P
 
 
@@ -502,12 +485,15 @@ def _run(call, parts):
 
 
 @njit(cache=True, nogil=True)
-def _count(e0, e1, t0, t1, p, I, J, code, shifts, cutsq, inside, count):
+def _count(e0, e1, t0, t1, p, I, J, code, shifts, cutsq, inside, count, forces):
     """Pairs e0 <= e < e1 of the list (those of atoms t0 <= i < t1): inside[e], whether the vector p_j - p_i +
     shifts[code] is within the cutoff, and count[i], how many of atom i's are. One loop over the pairs (a
-    loop over atoms and then their pairs took 2-3x as long)."""
+    loop over atoms and then their pairs took 2-3x as long). And these atoms' forces in every part zeroed,
+    for the kernels' scatter."""
     for i in range(t0, t1):
         count[i] = 0
+        for w in range(forces.shape[0]):
+            forces[w, i, 0], forces[w, i, 1], forces[w, i, 2] = 0.0, 0.0, 0.0
     for e in range(e0, e1):
         i, a, c = I[e], J[e], code[e]
         dx = p[a, 0] - p[i, 0] + shifts[c, 0]
@@ -532,12 +518,12 @@ def _moved(x, x0):
 
 
 @njit(cache=True, nogil=True)
-def _layout(count, fixed, few, order, base, width, groups):
+def _layout(count, fixed, few, order, width, groups):
     """The rows of a step: each atom's width (its count rounded up to a multiple of SLOTS, at least SLOTS;
     or `fixed` > 0), the atoms of a width held by fewer than `few` atoms moved up to the next wider width
     present (a kernel call costs tens of us; padded slots cost less), the atoms ordered by width then index
-    (order: a counting sort), row t's slots base[t] <= q < base[t + 1], and the first rows of the widths
-    present, groups[0] = 0 < ... < groups[G] = n. All from the counts alone. Returns G, the number of widths."""
+    (order: a counting sort), and the first rows of the widths present, groups[0] = 0 < ... < groups[G] = n.
+    All from the counts alone. Returns G, the number of widths."""
     n, most = len(count), SLOTS
     for i in range(n):
         width[i] = fixed if fixed > 0 else max(SLOTS, (count[i] + SLOTS - 1) // SLOTS * SLOTS)
@@ -562,64 +548,13 @@ def _layout(count, fixed, few, order, base, width, groups):
         k = width[i] // SLOTS
         order[start[k]] = i
         start[k] += 1
-    base[0], G = 0, 0
+    G = 0
     for t in range(n):
-        base[t + 1] = base[t] + width[order[t]]
         if t == 0 or width[order[t]] != width[order[t - 1]]:
             groups[G] = t
             G += 1
     groups[G] = n
     return G
-
-
-@njit(cache=True, nogil=True)
-def _pack(t0, t1, order, base, p, first, J, code, shifts, inside, species, R, valid, index, sn, s):
-    """Rows t0 <= t < t1 (atom i = order[t]): its pairs within the cutoff (inside, from _count), vectors p_j -
-    p_i + shifts[code] made again, into slots base[t], base[t] + 1, ..., padding after them up to base[t + 1]
-    (R 0, valid 0, index -1, sn 0)."""
-    for t in range(t0, t1):
-        i, q, q1 = order[t], base[t], base[t + 1]
-        s[t] = species[i]
-        xi, yi, zi = p[i, 0], p[i, 1], p[i, 2]
-        for e in range(first[i], first[i + 1]):
-            if inside[e]:
-                a, c = J[e], code[e]
-                R[q, 0], R[q, 1], R[q, 2] = p[a, 0] - xi + shifts[c, 0], p[a, 1] - yi + shifts[c, 1], \
-                    p[a, 2] - zi + shifts[c, 2]
-                valid[q], index[q], sn[q] = 1.0, a, species[a]
-                q += 1
-        for q in range(q, q1):
-            R[q, 0], R[q, 1], R[q, 2] = 0.0, 0.0, 0.0
-            valid[q], index[q], sn[q] = 0.0, -1, 0.0
-
-
-@njit(cache=True, nogil=True)
-def _assemble(t0, t1, order, base, count, G, E, index, R, energies, forces, virial):
-    """Rows t0 <= t < t1 (atom i = order[t]): energies[i] = E[t]; F_i += dE_i/dR_ik and F_j -= dE_i/dR_ik for
-    R_ik = x_j - x_i; virial += R_ik (outer) dE_i/dR_ik (= dE/d(strain), the stress times the volume). A
-    scatter to j, in row then slot order, into this part's forces (zeroed first); the virial summed in
-    locals (the parts' virials share cache lines: written once, at the end)."""
-    forces[:] = 0.0
-    v00, v01, v02, v10, v11, v12, v20, v21, v22 = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-    for t in range(t0, t1):
-        i = order[t]
-        energies[i] = E[t]
-        for q in range(base[t], base[t] + count[i]):
-            a = index[q]
-            g0, g1, g2 = G[q, 0], G[q, 1], G[q, 2]
-            r0, r1, r2 = R[q, 0], R[q, 1], R[q, 2]
-            forces[i, 0] += g0
-            forces[a, 0] -= g0
-            forces[i, 1] += g1
-            forces[a, 1] -= g1
-            forces[i, 2] += g2
-            forces[a, 2] -= g2
-            v00, v01, v02 = v00 + r0 * g0, v01 + r0 * g1, v02 + r0 * g2
-            v10, v11, v12 = v10 + r1 * g0, v11 + r1 * g1, v12 + r1 * g2
-            v20, v21, v22 = v20 + r2 * g0, v21 + r2 * g1, v22 + r2 * g2
-    virial[0, 0], virial[0, 1], virial[0, 2] = v00, v01, v02
-    virial[1, 0], virial[1, 1], virial[1, 2] = v10, v11, v12
-    virial[2, 0], virial[2, 1], virial[2, 2] = v20, v21, v22
 
 
 @njit(cache=True, nogil=True)

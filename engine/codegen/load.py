@@ -154,6 +154,36 @@ def {name}(next_row, block, m, {sargs}, work, bad):
                         x = work[k * {step} + b]
                         if x - x != 0.0:        # NaN or an infinity
                             bad[s + b] = True''')
+# A site-energy kernel's driver (engine/numeric/sites.py; the ASE calculator calls it): rows of neighbourhoods
+# gathered from a neighbour list into this thread's row buffers, the body run on them as batch runs it (the
+# body translated in place: calling batch instead linked batch's code into this driver and optimized it
+# again, 1 s more of every cold compile), their energies and gradients scattered at once into the part's
+# own forces and virial. The parts (and so the bits of the forces, summed over parts in order) follow from
+# the rows alone, whichever thread takes a part.
+SITES_BLOCK = LANES_BLOCK      # rows gathered at a time: a lanes kernel's block
+SITES = '''
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def sites(next_part, parts, t0, t1, order, count, first, J, code, shifts, inside, p, species, {params}energies, forces,
+          virial, b_R, b_valid, b_s, b_sn, b_index, b_E, b_G, work):
+    """Rows t0 <= t < t1 (row t: atom order[t]) by parts: the next part w (rows parts[w] <= t < parts[w + 1])
+    from the shared counter next_part[0] until none is left; its rows {step} at a time gathered from the
+    neighbour list (first, J, code, shifts, inside; positions p, species) into this thread's row buffers
+    b_*, run through the kernel's body, and scattered into energies and the part's forces[w] and virial[w]
+    (engine/numeric/sites.py)."""
+{flat}    P = parts.shape[0] - 1
+    w = __fetch_add(next_part, 1)
+    while w < P:
+        lo = __select(parts[w] > t0, parts[w], t0)
+        hi = __select(parts[w + 1] < t1, parts[w + 1], t1)
+        for s in range(lo, hi, {step}):
+            n = __select(s + {step} < hi, {step}, hi - s)
+            __sites_gather(s, n, order, first, J, code, shifts, inside, p, species, b_R, b_valid, b_s, b_sn, b_index)
+{block}
+            __sites_scatter(s, n, order, count, b_index, b_R, b_E, b_G, energies, forces[w], virial[w])
+        w = __fetch_add(next_part, 1)
+'''
+SITES_IMPORT = "from adgrad.engine.numeric.sites import gather as __sites_gather, scatter as __sites_scatter\n"
 CHECK_DOC = '''
     bad: empty, or bad[i] is set to whether row i of an input or a result holds a NaN or an infinity,
     checked while the row is still in cache (a separate pass over the chunk would read it all from
@@ -163,16 +193,20 @@ STRIDED_CHECK_DOC = CHECK_DOC.replace("bad[i] is set to whether row i", "bad[s +
 
 
 def module_source(model_name, globals_lines, point_args, body_lines, per_point, math="vector", lanes=None,
-                  translate=None):
+                  translate=None, sites=None):
     """The whole kernel module. `per_point[k]` says whether point_args[k] is indexed by point; `math`
     (the Emitter's: vector or libm) is named in the header, so it is part of the cache key. `lanes`:
     {per-point argument: (row, size)} of a lanes kernel (the Emitter's), whose body is `lanes`'s.
-    `translate`: whether a body of codegen/direct.py's subset is translated by it (default DIRECT)."""
+    `translate`: whether a body of codegen/direct.py's subset is translated by it (default DIRECT).
+    `sites`: {per-point argument: its row buffer in SITES (b_R, b_valid, b_s, b_sn, b_E, b_G)} of a
+    site-energy kernel, which then has the `sites` driver too."""
     translate = DIRECT if translate is None else translate
     src = HEADER.format(model=model_name, math=math)
     for h in HELPERS:                  # "name" is in numeric/scalar.py, "module.name" in numeric/module.py
         module, _, name = h.rpartition(".")
         src += f"from adgrad.engine.numeric.{module or 'scalar'} import {name} as __{name}\n"
+    if sites:
+        src += SITES_IMPORT
     body_lines, called = _call_repeated(body_lines)
     if called:
         src += "from adgrad.engine.numeric.vecmath import CALLED as __called\n"
@@ -183,7 +217,7 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point, 
     if lanes:
         text, call = _lanes(point_args, body_lines, per_point, lanes, translate)
         src = src + text + _lanes_strided("strided", point_args, per_point, lanes, call)
-        return _import_direct(src)
+        return _import_direct(src + _sites(point_args, per_point, sites, call, lanes))
     statements = sum(1 for line in body_lines if not line.lstrip().startswith("#"))
     options = "cache=True, nogil=True, error_model='numpy'" + (", forceinline=True" if statements <= INLINE_MAX else "")
     text, call = _function("point", options, f"{', '.join(point_args)}, work", "\n".join(body_lines) + "\n    return\n",
@@ -197,7 +231,30 @@ def module_source(model_name, globals_lines, point_args, body_lines, per_point, 
     check = f"\n            if check:\n                bad[i] = {checks}"
     src += DRIVER.format(name="batch", doc=CHECK_DOC, check=check, point=call, **common)
     src += _strided("strided", point_args, per_point, call)
-    return _import_direct(src)
+    return _import_direct(src + _sites(point_args, per_point, sites, call))
+
+
+def _sites(point_args, per_point, buffers, call, lanes=None):
+    """The sites driver (SITES) running `call` (the body, or a lanes kernel's `lanes` with its rows `lanes`)
+    on its row buffers' first n rows; '' without `buffers`."""
+    if not buffers:
+        return ""
+    if not lanes:
+        args = ", ".join(f"{buffers[a]}[b]" if pp else a for a, pp in zip(point_args, per_point))
+        return SITES.format(params=_params(point_args, per_point), step=SITES_BLOCK, flat="",
+                            block=f"            for b in range(n):\n                {call}({args}, work)")
+    arrays, ins = _arrays(point_args, per_point)
+
+    def move(a):
+        size = lanes[a][1]
+        at, buf = _lane_at(lanes, a, " + b"), f"f_{buffers[a]}[b * {size} + k]"
+        dst, src = (at, buf) if a in ins else (buf, at)
+        return f"{' ' * 16}for k in range({size}):\n{' ' * 20}{dst} = {src}"
+    block = (f"            for b in range(n):\n" + "\n".join(move(a) for a in ins) +
+             f"\n            {call}({_params(point_args, per_point)}work, n)\n            for b in range(n):\n" +
+             "\n".join(move(a) for a in arrays if a not in ins))
+    flat = "".join(f"    f_{buffers[a]} = {buffers[a]}.reshape({buffers[a]}.size)\n" for a in arrays)
+    return SITES.format(params=_params(point_args, per_point), step=SITES_BLOCK, flat=flat, block=block)
 
 
 def _function(name, options, params, body, doc="", translate=True):
