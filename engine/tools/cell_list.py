@@ -115,13 +115,11 @@ def atom_pairs(positions, cell, pbc, cutoff) -> AtomPairs:
     n = len(b.order)
     P = max(1, min(numba.get_num_threads(), n // PART))
     parts = np.arange(P + 1) * n // P
-    where = np.empty(n, dtype=np.int64)             # each atom's position in bin order
-    where[b.order] = np.arange(n)
     start, count = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     found = [None] * P
 
     def search(w):
-        found[w] = _search(b.ps, b.order, where, True, b.starts, b.cells, b.nb, b.K, b.periodic, b.shifts,
+        found[w] = _search(b.ps, b.order, b.where, True, b.starts, b.cells, b.nb, b.K, b.periodic, b.shifts,
                            cutoff * cutoff, min((parts[w + 1] - parts[w]) * b.expected, 1 << 27), parts[w],
                            parts[w + 1], start, count)
     run_threads(search, P)
@@ -135,12 +133,14 @@ def atom_pairs(positions, cell, pbc, cutoff) -> AtomPairs:
 
 
 class _Bins(NamedTuple):
-    """The atoms binned for _search: positions wrapped (p) and in bin order (ps; atom order[t]), each bin's
-    first position in bin order (starts), each atom's bin (cells), the bins per direction (nb), the bins
-    searched either side (K), the image shifts (shifts[code] = S cell) and the pairs expected per atom."""
+    """The atoms binned for _search: positions wrapped (p) and in bin order (ps; atom order[t], atom i at
+    where[i]), each bin's first position in bin order (starts), each atom's bin (cells), the bins per
+    direction (nb), the bins searched either side (K), the image shifts (shifts[code] = S cell) and the pairs
+    expected per atom."""
     p: np.ndarray
     ps: np.ndarray
     order: np.ndarray
+    where: np.ndarray
     starts: np.ndarray
     cells: np.ndarray
     nb: np.ndarray
@@ -175,12 +175,36 @@ def _binned(positions, cell, pbc, cutoff) -> _Bins:
     if periodic.all():          # pairs in a sphere of the cutoff at the mean density, with room: few regrowths
         # (and little room: atom_pairs' lists are kept in these arrays, 0.8 of them used in a crystal)
         expected = 8 + int(1.25 * 4.19 * cutoff ** 3 * n / abs(np.linalg.det(basis)))
-    cells = np.minimum(np.floor((f - low) / width), nb - 1).astype(np.int64) if n else np.zeros((0, 3), np.int64)
-    cells = np.maximum(cells, 0)
-    flat = (cells[:, 2] * nb[1] + cells[:, 1]) * nb[0] + cells[:, 0]
-    order = np.argsort(flat, kind="stable")
-    starts = np.searchsorted(flat[order], np.arange(nb.prod() + 1))
-    return _Bins(p, np.ascontiguousarray(p[order]), order, starts, cells, nb, K, periodic, shifts, expected)
+    cells, order, where, starts, ps = _bin(f, low, width, nb, p)
+    return _Bins(p, ps, order, where, starts, cells, nb, K, periodic, shifts, expected)
+
+
+@njit(cache=True, nogil=True)
+def _bin(f, low, width, nb, p):
+    """Each atom's bin (cells: per direction, the last bin taking what rounds beyond it), the atoms in bin
+    order (order; where: each atom's position in it) by a counting sort (np.argsort(kind="stable") of the
+    flat bin, and numpy's passes around it, took 4.6 ms for 32,000 atoms), each bin's first position
+    (starts) and the positions in bin order (ps)."""
+    n = f.shape[0]
+    cells = np.empty((n, 3), dtype=np.int64)
+    flat = np.empty(n, dtype=np.int64)
+    starts = np.zeros(nb[0] * nb[1] * nb[2] + 1, dtype=np.int64)
+    for i in range(n):
+        for c in range(3):
+            v = min(np.floor((f[i, c] - low[c]) / width[c]), nb[c] - 1.0)
+            cells[i, c] = max(int(v), 0)
+        flat[i] = (cells[i, 2] * nb[1] + cells[i, 1]) * nb[0] + cells[i, 0]
+        starts[flat[i] + 1] += 1
+    for b in range(len(starts) - 1):
+        starts[b + 1] += starts[b]
+    order, where, ps = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty((n, 3))
+    fill = starts[:-1].copy()
+    for i in range(n):          # in atom order: ties (a bin's atoms) in atom order, a stable sort
+        t = fill[flat[i]]
+        fill[flat[i]] = t + 1
+        order[t], where[i] = i, t
+        ps[t, 0], ps[t, 1], ps[t, 2] = p[i, 0], p[i, 1], p[i, 2]
+    return cells, order, where, starts, ps
 
 
 def _grid(f, periodic, h, reach):
