@@ -269,3 +269,25 @@ def test_atoms_crowded_in_a_periodic_cell_grow_the_lists():
         want = np.flatnonzero((d[i] < 4.0) & (np.arange(len(x)) != i))
         np.testing.assert_array_equal(j, want[np.argsort(d[i, want], kind="stable")])
     assert np.all(found.code == len(found.shifts) // 2) and found.first[-1] > 100 * len(x)
+
+
+def test_the_binning_is_a_stable_sort_by_bin():
+    """cell_list._bin's counting sort: each atom's bin as numpy's floor (coordinates at 1.0 and beyond
+    the last bin by rounding in the last bin, below the first in the first), the atoms in the order of
+    np.argsort(kind="stable") of their flat bin (a bin's atoms in atom order), where its inverse."""
+    from adgrad.engine.tools import cell_list
+    rng = np.random.default_rng(13)
+    nb = np.array([3, 4, 5])
+    low, width = np.array([0.0, 0.0, -0.5]), np.array([1 / 3, 0.25, 0.3])
+    f = rng.choice([0.0, 0.25, 0.5, 1.0, np.nextafter(1.0, 2), -1e-17, 0.9999999], (400, 3))
+    f[:, 2] = rng.uniform(-0.5, 1.0 + 1e-16, 400)
+    f[:5, 2] = [-0.5, 1.0, np.nextafter(-0.5, -1), 1.0 + 1e-15, 0.4]
+    p = rng.normal(size=(400, 3))
+    cells, order, where, starts, ps = cell_list._bin(f, low, width, nb, p)
+    want = np.maximum(np.minimum(np.floor((f - low) / width), nb - 1).astype(np.int64), 0)
+    np.testing.assert_array_equal(cells, want)
+    flat = (want[:, 2] * nb[1] + want[:, 1]) * nb[0] + want[:, 0]
+    np.testing.assert_array_equal(order, np.argsort(flat, kind="stable"))
+    np.testing.assert_array_equal(where[order], np.arange(400))
+    np.testing.assert_array_equal(starts, np.searchsorted(flat[order], np.arange(nb.prod() + 1)))
+    assert ps.tobytes() == p[order].tobytes()
