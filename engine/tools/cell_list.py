@@ -10,7 +10,9 @@ fractional coordinate, so an atom's neighbours lie in the bins within K = ceil(c
 offset that leaves a periodic cell comes back on the other side with an image shift, and each (atom,
 image) is met once. The bins are a counting sort of the atoms (positions copied in bin order, read in
 sequence), their number at most a few per atom, so memory follows the atoms, not the cell's volume. Each
-atom's neighbours are sorted nearest first (a stable sort, ties in bin order).
+atom's neighbours are sorted nearest first (a stable sort, ties in bin order). pairs searches the atoms in
+bin order (atoms.neighbours pads the lists from there); atom_pairs in atom order, so that the lists, the
+same bits, come out in atom order as the ASE calculator keeps them.
 """
 from __future__ import annotations
 
