@@ -2,7 +2,7 @@
 R / valid / index / species arrays that data/make_crystal.py writes), and of its cell list alone
 (engine/tools/cell_list.py pairs), against adgrad.ase's lists (adapters/ase/neighbours.py): image_list, what the
 ASE calculator builds (each pair as i, j and an image code), and neighbour_list (j and the cell vectors S
-crossed, made from image_list for the tests and checked against the reach: about twice image_list's time),
+crossed, made from image_list for the tests and checked against the reach: 1.3-1.5x image_list's time),
 matscipy's neighbour_list("ijD") and LAMMPS's `run 0` with a full list (its build and setup) when installed,
 on rattled fcc Cu (a = 3.615 A, displaced by up to 0.1 A) in a periodic cubic cell. adgrad's lists run on
 --threads threads (parts of at least cell_list.PART atoms; default 1), the others on one. Each row: the
