@@ -290,7 +290,7 @@ def test_first_compile_of_the_helpers_is_announced():
         assert lines == [] and not first.ready
         helper(1), helper(1.5)
     assert len(lines) == 2 and first.ready, lines
-    assert lines[0] == ("adgrad: compiling the ASE calculator's helpers (neighbour list, packing, forces; first use "
+    assert lines[0] == ("adgrad: compiling the ASE calculator's helpers (neighbour list, counting, ordering; first use "
                         "after installing adgrad)")
     assert re.fullmatch(r"adgrad: compiled the ASE calculator's helpers in \d+\.\d s", lines[1]), lines
 
@@ -449,7 +449,8 @@ def rows_of(calc):
     rows = {}
     for t, i in enumerate(order):
         w = int(width[i])
-        R, valid, s, sn = np.full((1, 3 * w), np.nan), np.full((1, w), np.nan), np.zeros((1, 1)), np.full((1, w), np.nan)
+        R, valid, sn = np.full((1, 3 * w), np.nan), np.full((1, w), np.nan), np.full((1, w), np.nan)
+        s = np.zeros((1, 1))
         index = np.full((1, w), 99, dtype=np.int32)
         gather(t, 1, order, im.first, im.j, im.code, im.shifts, calc._inside, calc._wrapped, calc._species, R, valid,
                s, sn, index)

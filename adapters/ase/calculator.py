@@ -383,7 +383,7 @@ class AdgradCalculator(Calculator):
 
 
 class FirstUse(numba_event.Listener):
-    """The calculator's own numba functions (neighbour list, packing, force assembly) compile at their first
+    """The calculator's own numba functions (neighbour list, counting, ordering) compile at their first
     call after adgrad is installed (then load from adgrad's cache): a few seconds that are announced and
     timed as a kernel's compile is. Listens to numba's compile events (which a load from the cache does
     not raise) during calculations until one has succeeded in this process."""
@@ -418,7 +418,7 @@ class FirstUse(numba_event.Listener):
         if self.depth == 0:
             if self.seconds is None:
                 self.seconds = 0.0
-                self.say("adgrad: compiling the ASE calculator's helpers (neighbour list, packing, forces; first "
+                self.say("adgrad: compiling the ASE calculator's helpers (neighbour list, counting, ordering; first "
                          "use after installing adgrad)")
             self.t0 = time.perf_counter()
         self.depth += 1
