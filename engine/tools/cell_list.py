@@ -82,17 +82,7 @@ def pairs(positions, cell, pbc, cutoff) -> Pairs:
     """Every pair (i, j, image S) with |x_j - x_i + S cell| < cutoff, j != i or S != 0 (x wrapped into the
     cell along periodic directions). `cell` rows along periodic directions must be independent."""
     b = _binned(positions, cell, pbc, cutoff)
-    n = len(b.order)
-    P = max(1, min(numba.get_num_threads(), n // PART))
-    parts = np.arange(P + 1) * n // P
-    start, count = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    found = [None] * P
-
-    def search(w):      # parts write start and count at their own atoms
-        found[w] = _search(b.ps, b.order, b.order, False, b.starts, b.cells, b.nb, b.K, b.periodic, b.shifts,
-                           cutoff * cutoff, min((parts[w + 1] - parts[w]) * b.expected, 1 << 27), parts[w],
-                           parts[w + 1], start, count)
-    run_threads(search, P)
+    parts, start, count, found = _searched(b, cutoff, False)
     return Pairs(start, count, tuple(f[0] for f in found), tuple(f[1] for f in found), parts, b.order, b.ps, b.p,
                  b.shifts)
 
@@ -114,24 +104,33 @@ def atom_pairs(positions, cell, pbc, cutoff) -> AtomPairs:
     its writes scattered over the list). Searched in bin order or in atom order, the search takes the same
     time (atoms out of order too, 32,000 of them: their positions stay in the L2 cache)."""
     b = _binned(positions, cell, pbc, cutoff)
+    parts, start, count, found = _searched(b, cutoff, True)
+    first = np.zeros(len(count) + 1, dtype=np.int64)
+    np.cumsum(count, out=first[1:])
+    if len(found) == 1:
+        j, code = found[0]
+    else:
+        j, code = np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+    return AtomPairs(first, j, code, b.p, b.shifts)
+
+
+def _searched(b, cutoff, in_atom_order):
+    """_search of the binned atoms b in parts, one per thread (PART atoms at least), each part writing start
+    and count at its own atoms: (parts, start, count, each part's (u or j, code)); in atom order, the
+    neighbours as atoms (atom_pairs), else in bin order as positions in bin order (pairs)."""
     n = len(b.order)
     P = max(1, min(numba.get_num_threads(), n // PART))
     parts = np.arange(P + 1) * n // P
     start, count = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     found = [None] * P
+    where = b.where if in_atom_order else b.order
 
     def search(w):
-        found[w] = _search(b.ps, b.order, b.where, True, b.starts, b.cells, b.nb, b.K, b.periodic, b.shifts,
+        found[w] = _search(b.ps, b.order, where, in_atom_order, b.starts, b.cells, b.nb, b.K, b.periodic, b.shifts,
                            cutoff * cutoff, min((parts[w + 1] - parts[w]) * b.expected, 1 << 27), parts[w],
                            parts[w + 1], start, count)
     run_threads(search, P)
-    first = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(count, out=first[1:])
-    if P == 1:
-        j, code = found[0]
-    else:
-        j, code = np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
-    return AtomPairs(first, j, code, b.p, b.shifts)
+    return parts, start, count, found
 
 
 class _Bins(NamedTuple):
