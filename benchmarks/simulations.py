@@ -1,9 +1,9 @@
 """adgrad in simulation loops: ms per MD step of adgrad's ASE calculator (adgrad.ase.AdgradCalculator)
 against LAMMPS's own `fix nve` on the same crystal and threads, for EAM copper, Tersoff silicon and
 Stillinger-Weber silicon; for copper also against matscipy's EAM calculator and ASE's EMT, and optionally
-the calculator of an earlier commit (--baseline REV, in the same run); then seconds per felupe material
-evaluation at 512k points against felupe's own (benchmarks/felupe_material.py, also run alone; --md-only
-skips it).
+the calculator of an earlier commit (--baseline REV, in the same run: the MD and the copper replay); then
+seconds per felupe material evaluation at 512k points against felupe's own (benchmarks/felupe_material.py,
+also run alone; --md-only skips it).
 
 Like with like: both programs integrate NVE from the same kind of start (the crystal displaced by up to
 0.05 A, velocities at 600 K, 2 fs steps) on the same number of threads, with a skin of 0.5 A and the
@@ -30,7 +30,7 @@ no integration):
   matscipy neighbour_list alone   neighbour_list("ijS") within 4.95 A: the floor of a rebuilt list
   adgrad neighbour list alone     adgrad.ase's list within 5.45 A (image_list: what the calculator builds)
   adgrad @REV, skin 0 / 0.5 A     --baseline REV: adapters/ase as committed at REV (git archive), the same
-                                  engine and kernels
+                                  engine and kernels (and `adgrad @REV VelocityVerlet` in the MD rows)
 adgrad runs on --threads numba threads; matscipy, EMT and the neighbour lists are single-threaded. The
 CPU model and the load average (before and after) are printed with the table. --breakdown adds, per
 system, where an MD step's time goes (the calculator's stages timed by wrappers, which add a few us each).
@@ -38,7 +38,7 @@ system, where an MD step's time goes (the calculator's stages timed by wrappers,
     python benchmarks/simulations.py                # 500 / 512 and 4000 / 4096 atoms
     python benchmarks/simulations.py --quick        # 500 / 512 atoms
     python benchmarks/simulations.py --md-only --quick --breakdown
-    python benchmarks/simulations.py --md-only --baseline 1d54b1a     # before/after in one run
+    python benchmarks/simulations.py --md-only --baseline 57baa89     # before/after in one run
 adgrad's kernels run on threads of its own (engine/kernel.py run_threads), not numba's OpenMP threads.
 """
 import argparse
@@ -121,10 +121,11 @@ def model_file(system, tmp):
     return model
 
 
-def calculator(system, model, **kwargs):
+def calculator(system, model, cls=AdgradCalculator, **kwargs):
+    """`system`'s calculator (cls: AdgradCalculator, or --baseline's of an earlier commit)."""
     if system == "EAM Cu":      # Cu_u3.eam (funcfl) names its species by the file: the map is given
-        return AdgradCalculator(model, CUTOFF, {"Cu": 0}, **kwargs)
-    return AdgradCalculator(model, **kwargs)
+        return cls(model, CUTOFF, {"Cu": 0}, **kwargs)
+    return cls(model, **kwargs)
 
 
 def lammps_nve(system, reps, steps, threads):
@@ -233,6 +234,9 @@ def bench(system, reps, args, before, tmp):
     print(f"\n{system}, {len(atoms):,} atoms")
     grouped = calculator(system, model, skin=SKIN)
     runners = {"adgrad VelocityVerlet, skin 0.5 A": (md(grouped, atoms, args.steps), None)}
+    if before is not None:
+        runners[f"adgrad @{args.baseline} VelocityVerlet, skin 0.5 A"] = (
+            md(calculator(system, model, before, skin=SKIN), atoms, args.steps), None)
     widths = sorted(grouped.kernels)
     print(f"  adgrad kernel widths (neighbour slots) met by the run: {', '.join(map(str, widths))}")
     if system != "EAM Cu":
@@ -311,7 +315,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_timing_options(p)
     p.add_argument("--quick", action="store_true", help="500 / 512 atoms only")
-    p.add_argument("--baseline", metavar="REV", help="also time adapters/ase as committed at REV (copper replay)")
+    p.add_argument("--baseline", metavar="REV", help="also time adapters/ase as committed at REV (MD, copper replay)")
     p.add_argument("--steps", type=int, default=20, help="steps (frames) per pass (default 20)")
     p.add_argument("--md-only", action="store_true", help="skip the felupe material benchmark")
     p.add_argument("--breakdown", action="store_true", help="also print where an MD step's time goes")
