@@ -10,9 +10,9 @@ gives the Pair time and its CPU share (averages over ranks); reported: ns of Pai
 with its ratio KIM / own (target >= 1), from the wall time and from the CPU time: on a machine busy
 with other jobs a 2-rank run's ranks wait for a core and its wall time says more about the load than
 about the code, while the CPU time counts the rank's own work only. Times are medians of the repeats;
-a ratio KIM / own is the median of each repeat's ratio of its two runs, made one after the other (in alternating order) so that they share the
-machine's load, with the lowest and highest; the load average before and after. A PNG bar chart with
---plot.
+a ratio KIM / own is the median of each repeat's ratio of its two runs, made one after the other (in
+alternating order) so that they share the machine's load, with the lowest and highest; the load
+average before and after. A PNG bar chart with --plot.
 
     python benchmarks/kim_lammps.py                          # 200 steps, 3 repeats
     python benchmarks/kim_lammps.py --steps 100 --repeats 5 --plot /tmp/lammps.png
