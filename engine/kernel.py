@@ -137,20 +137,22 @@ class CompiledKernel:
         (first (int64), J, code (int32), shifts, inside (uint8), p) of the neighbour list, species (float64,
         per atom), params (param_rows()), results = (energies (n,), forces (parts, n, 3), virial (parts, 3,
         3)), added to. Nothing is checked; other dtypes or layouts compile the driver again."""
-        next_part, driver = np.zeros(1, dtype=np.int64), self.module.sites
-        compiled = len(driver.overloads)
-        args = (next_part, parts, t0, t1, *rows, *pairs, species, *params, *results)
-        run_threads(lambda w: driver(*args, *buffers[w]), len(buffers))
-        if len(driver.overloads) != compiled:      # this call compiled (or loaded) code: record its sums
-            seal(self.module)
+        driver, args = self.module.sites, (np.zeros(1, dtype=np.int64), parts, t0, t1, *rows, *pairs, species,
+                                           *params, *results)
+        self._sealed(driver, lambda: run_threads(lambda w: driver(*args, *buffers[w]), len(buffers)))
 
     def _call(self, driver, m, args):
         """driver(next_row, block, *args[w]) on each thread w, args[w] being its arguments (its
         workspace row and buffers): the calling thread alone takes all m rows as one block when there
         is one workspace row, else run_threads."""
+        self._sealed(driver, lambda: run_rows(lambda next_row, block, w: driver(next_row, block, *args[w]), m,
+                                              len(args)))
+
+    def _sealed(self, driver, run):
+        """run(), a call of `driver`; if it compiled (or loaded) code, the module's sums recorded (seal)."""
         compiled = len(driver.overloads)
-        run_rows(lambda next_row, block, w: driver(next_row, block, *args[w]), m, len(args))
-        if len(driver.overloads) != compiled:      # this call compiled (or loaded) code: record its sums
+        run()
+        if len(driver.overloads) != compiled:
             seal(self.module)
 
     def evaluate(self, inputs: dict, out: dict | None = None, params: dict | None = None, threads=None,

@@ -119,8 +119,8 @@ def test_cu_eam_equals_lammps(cu):
 
 
 def test_cu_eam_in_parts_equals_lammps(cu):
-    """5,324 atoms: selected, packed and assembled in 8 parts of 665-666 atoms (the forces summed part by
-    part), against LAMMPS as above."""
+    """5,324 atoms: counted in 8 parts of 665-666 atoms, the kernels' rows gathered and scattered in 8 parts
+    (the forces summed part by part), against LAMMPS as above."""
     from adgrad.ase import calculator
     x, cell = lo.fcc(3.615, 11, 0.15, seed=8)
     assert len(calculator._parts(len(x))) - 1 == calculator.MAX_PARTS == 8

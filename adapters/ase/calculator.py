@@ -125,7 +125,7 @@ class AdgradCalculator(Calculator):
         for symbol, index in (self.species or {}).items():
             self._index[atomic_numbers[symbol]] = index
         self.kernels, self.width = {}, self.N or 0      # width -> kernel; N=: the one width
-        self._workspaces, self._forces = {}, None
+        self._workspaces = {}
         self._list = None           # (neighbour list, positions, cell, pbc, numbers, basis) when it was built
 
     def _cutoff(self, cutoff, known, complete):
@@ -238,8 +238,7 @@ class AdgradCalculator(Calculator):
         im, *_, basis = self._list
         n, cutsq, count = len(atoms), self.cutoff ** 2, self._count
         p = wrap(atoms.positions, im.moved, basis, self._wrapped)
-        parts, rows = _parts(n), _parts(n, ROWS)
-        scatter = self._scatter(n, len(rows) - 1)
+        parts, rows, scatter = self._parts
         inside = self._inside
         _run(lambda w: _count(im.first[parts[w]], im.first[parts[w + 1]], parts[w], parts[w + 1], p, im.i, im.j,
                               im.code, im.shifts, cutsq, inside, count, scatter), len(parts) - 1)
@@ -321,6 +320,9 @@ class AdgradCalculator(Calculator):
         self._inside = np.empty(len(images.j), dtype=np.uint8)     # each step: whether a pair is within the cutoff
         # each step's rows (_layout): order, width, the groups' first rows
         self._rows = (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n + 1, dtype=np.int64))
+        # the parts of the counting pass and of the kernels' rows, and the latter's forces (zeroed by the count)
+        rows = _parts(n, ROWS)
+        self._parts = (_parts(n), rows, np.empty((len(rows) - 1, n, 3)))
 
     def _check(self, atoms):
         """The atoms' positions, cell, periodicity and elements, as the model needs them; returns the lattice
@@ -374,12 +376,6 @@ class AdgradCalculator(Calculator):
                                f"{self.energy} and {self.gradient}")
         self.kernels[width] = kernel, kernel.param_rows()
         return self.kernels[width]
-
-    def _scatter(self, n, parts):
-        """The parts' forces (parts, n, 3), kept between steps (zeroed by the counting pass)."""
-        if self._forces is None or self._forces.shape[:2] != (parts, n):
-            self._forces = np.zeros((parts, n, 3))
-        return self._forces
 
 
 class FirstUse(numba_event.Listener):
