@@ -203,8 +203,8 @@ def bench_copper_replay(model, reps, args, before):
     calcs = {"adgrad, skin 0": calculator("EAM Cu", model, skin=0.0),
              "adgrad, skin 0.5 A": calculator("EAM Cu", model, skin=SKIN)}
     if before is not None:
-        calcs[f"adgrad @{args.baseline}, skin 0"] = before(model, CUTOFF, {"Cu": 0}, skin=0.0)
-        calcs[f"adgrad @{args.baseline}, skin 0.5 A"] = before(model, CUTOFF, {"Cu": 0}, skin=SKIN)
+        calcs[f"adgrad @{args.baseline}, skin 0"] = calculator("EAM Cu", model, before, skin=0.0)
+        calcs[f"adgrad @{args.baseline}, skin 0.5 A"] = calculator("EAM Cu", model, before, skin=SKIN)
     calcs.update({"matscipy EAM": EAM(lo.potential("Cu_u3.eam"), kind="eam"), "ASE EMT": EMT()})
     atoms, frames = trajectory(calculator("EAM Cu", model), reps, args.steps)
     moved = np.linalg.norm(frames[-1] - frames[0], axis=1).max()
