@@ -127,8 +127,8 @@ def plan(model, name, species=None, cutoff=None) -> Plan:
 
 def _slot_size(model, n):
     """The model's named size that is R's N, if the model's own file can be loaded again with it doubled
-    (a model inline in a config, or with a literal N, cannot: its KIM model then has N slots only)."""
-    from ..model import build
+    (a model inline in a config, or with a literal N, cannot: its KIM model then has N slots only). Only
+    the file is read again: R's declared shape is its graph's, and kernels() builds the larger models."""
     from ..spec import load_model_file
     sizes = [k for k, v in model.spec.sizes.items() if v == n]
     if len(sizes) != 1 or not os.path.isfile(model.spec.path):
@@ -137,7 +137,7 @@ def _slot_size(model, n):
         again = load_model_file(model.spec.path, sizes={**model.spec.sizes, sizes[0]: 2 * n})
     except SpecError:           # a config file (the model inline), or a file changed since
         return None
-    return sizes[0] if tuple(build(again).graph.inputs["R"].shape) == (2 * n, 3) else None
+    return sizes[0] if tuple(again.inputs["R"].shape) == (2 * n, 3) else None
 
 
 def kernels(model, config, kim: Plan, mode, math):
