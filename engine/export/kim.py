@@ -254,8 +254,8 @@ typedef struct kernel_block {       /* the padded rows of BLOCK atoms of one ker
     int n, m;                       /* slots, atoms in the block */
     double *R, *valid, *s, *sn, *E, *g, *work;
     int64_t nwork;
-    int *atom, *count, *nb;         /* the block's atoms, their neighbour counts and particle numbers per slot */
-    int *filled;                    /* per row: its valid slots (the rows past them are zeros) */
+    int *atom, *nb;                 /* the block's atoms, and their neighbours' particle numbers per slot */
+    int *filled;                    /* per row: its atom's neighbour count, its valid slots (the rest zeros) */
 } kernel_block;
 
 typedef struct args_buffer {
@@ -297,7 +297,7 @@ static int flush(state *st, kernel_block *kb, int which) {
     }
     double *forces = st->forces;
     for (int a = 0; a < kb->m; a++) {
-        int i = kb->atom[a], count = kb->count[a];
+        int i = kb->atom[a], count = kb->filled[a];
         const int *nb = kb->nb + (int64_t)a * n;
         const double *g = kb->g + 3 * (int64_t)a * n;
         double e = kb->E[a], f0 = 0.0, f1 = 0.0, f2 = 0.0;     /* the sum of dE/dR: -(the atom's force) */
@@ -468,7 +468,6 @@ static int compute(const KIM_ModelCompute *mc, const KIM_ModelComputeArguments *
         double *R = kb->R + 3 * (int64_t)a * s, *valid = kb->valid + (int64_t)a * s, *sn = kb->sn + (int64_t)a * s;
         int *nb = kb->nb + (int64_t)a * s;
         kb->atom[a] = i;
-        kb->count[a] = count;
         kb->s[a] = codes[i];
         for (int q = 0; q < count; q++) {
             int j = near[q];
@@ -508,7 +507,7 @@ static void free_arguments(args_buffer *ab) {
     for (int w = 0; w < NK; w++) {
         kernel_block *kb = &ab->k[w];
         free(kb->R); free(kb->g); free(kb->valid); free(kb->sn); free(kb->s); free(kb->E); free(kb->work);
-        free(kb->atom); free(kb->count); free(kb->nb); free(kb->filled);
+        free(kb->atom); free(kb->nb); free(kb->filled);
     }
     free(ab->near);
     free(ab);
@@ -547,11 +546,10 @@ static int arguments_create(const KIM_ModelCompute *mc, KIM_ModelComputeArgument
         kb->E = malloc(sizeof(double) * BLOCK);
         kb->work = malloc(sizeof(double) * (kb->nwork > 0 ? kb->nwork : 1));
         kb->atom = malloc(sizeof(int) * BLOCK);
-        kb->count = malloc(sizeof(int) * BLOCK);
         kb->nb = malloc(sizeof(int) * BLOCK * s);
         kb->filled = calloc(BLOCK, sizeof(int));
         error = error || !kb->R || !kb->g || !kb->valid || !kb->sn || !kb->s || !kb->E || !kb->work || !kb->atom
-                || !kb->count || !kb->nb || !kb->filled || kb->nwork < 0;
+                || !kb->nb || !kb->filled || kb->nwork < 0;
     }
     if (error) {
         free_arguments(ab);
