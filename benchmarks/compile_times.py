@@ -87,7 +87,8 @@ def cases(folder):
     out = {}
     for p in sorted((ROOT / "configs").glob("*.yaml")):
         if not p.stem.endswith("_model") and "model:" in p.read_text():
-            out[p.stem] = ({"kind": "config", "path": str(p)}, TARGET, "configs/" + p.name + " as `adgrad run` compiles it")
+            out[p.stem] = ({"kind": "config", "path": str(p)}, TARGET,
+                           "configs/" + p.name + " as `adgrad run` compiles it")
     wpa = [["W", "F"], ["W", ["F", "F"]]]
     for name in HYPERELASTIC:
         out[name] = ({"kind": "model", "path": str(ROOT / "configs/models" / f"{name}.yaml"), "derivatives": wpa},
