@@ -23,7 +23,6 @@ and lammps-data (.ci/kim.sh installs them).
 import argparse
 import os
 import platform
-import re
 import shlex
 import statistics
 import subprocess
@@ -59,9 +58,7 @@ def model_file(tmp, case):
     if model is None:
         text = lo.eam_model(POTENTIALS / pot, n=n, name="bench_eam")
     else:
-        text = (ROOT / "configs" / model).read_text()
-        text = re.sub(r"\{potential: [^}]*\}", f"{{potential: {POTENTIALS / pot}}}", text)
-        text = re.sub(r"(\n  N: )\d+", rf"\g<1>{n}", text)
+        text = lo.model_text(ROOT / "configs" / model, POTENTIALS / pot, n=n)
     path = tmp / f"{case}.yaml"
     path.write_text(text)
     return path

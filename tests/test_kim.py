@@ -56,8 +56,7 @@ def model_file(tmp, case, n=None):
     if model in ("eam", "alloy"):
         text = lo.eam_model(POTENTIALS / pot, n=n or SLOTS[case], name=f"kim_{case}")
     else:
-        text = re.sub(r"\{potential: [^}]*\}", f"{{potential: {POTENTIALS / pot}}}",
-                      (ROOT / "configs" / model).read_text())
+        text = lo.model_text(ROOT / "configs" / model, POTENTIALS / pot)
     path.write_text(text)
     return path
 
