@@ -35,14 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 POTENTIALS = Path("/usr/share/lammps/potentials")
 LMP, MPIRUN = "/usr/bin/lmp", "/usr/bin/mpirun"
 
-_saved, _here = sys.path[:], Path(__file__).resolve().parent
-# tests/lammps_oracle.py (the EAM model's text) loads the lammps package, which a module of benchmarks/ must not
-# shadow
-sys.path[:] = [str(ROOT / "tests")] + [d for d in sys.path if Path(d or ".").resolve() != _here]
-try:
-    import lammps_oracle as lo  # noqa: E402
-finally:
-    sys.path[:] = _saved
+sys.path.insert(0, str(ROOT / "tests"))
+import lammps_oracle as lo  # noqa: E402  (the model texts; as potentials.py, nothing of benchmarks/ is named lammps)
 
 # case: (model (None: configs/cu_eam_model.yaml), pair style, potential file, species, mass, lattice, a, cells,
 # slots N, target ratio)
